@@ -1,0 +1,242 @@
+"""Per-GPU memory of a training run, per pipeline stage (the worst stage is reported).
+
+Terms and where they come from
+------------------------------
+Model states (bytes per parameter, mixed precision with Adam):
+    16-bit weights 2, fp32 main gradients 4, fp32 master weights + Adam m and v 12,
+    i.e. 18 bytes/param, the bf16-params / fp32-grads row of Megatron-LM's
+    distributed-optimizer table (docs/source/api-guide/dist_optimizer.md). ZeRO
+    stage 1 (= Megatron distributed optimizer) shards the 12 optimizer bytes over
+    the data-parallel ranks (dp * cp), stage 2 also the gradients, stage 3 (FSDP)
+    also the weights (Rajbhandari et al. 2020, arXiv 1910.02054, Figure 1).
+    FP8 training keeps the 16-bit weights and adds 1 byte/param of fp8 weight
+    copies (Transformer Engine caches; our judgement, no published figure).
+    Expert parameters are split by ep and tp and sharded over dp * cp / ep ranks
+    (Megatron-LM ``report_theoretical_memory``).
+Activations per transformer layer: Korthikanti et al. 2022 (arXiv 2205.05198)
+    Section 4, generalised term by term (GQA widths, SwiGLU, no dropout, flash
+    attention drops the 5as^2b score term and keeps an fp32 log-sum-exp), divided
+    by cp. Pipeline stages hold the activations of their in-flight micro-batches:
+    stage i of 1F1B holds min(m, pp - i); the interleaved schedule's rank i warms
+    up with 2(pp - i - 1) + (vpp - 1) pp + 1 model chunks (Narayanan et al. 2021,
+    and Korthikanti et al. 2022 Section 4.2.3: the first stage holds
+    L (1 + (pp - 1) / (pp vpp)) layers' worth).
+Other (peak-time buffers): fp32 + 16-bit logits on the last stage (6 bytes x b x s x
+    V / tp, ml-engineering "performance" chapter), the embedding output on the first,
+    ZeRO-3 gather buffers for two layers (current + prefetched), MoE dispatch/combine
+    buffers, one layer's working set during full-recompute backward.
+A runtime reserve (CUDA context, NCCL buffers, fragmentation) is not part of the
+peak: it is taken from the capacity instead (``ClusterSpec.usable_memory_bytes``).
+
+Korthikanti et al. 2022 Figure 1 ("parameters + optimizer" and "activations" of the
+first stage) counts 18 bytes x 12 l h^2 / (tp pp) for the former (transformer layers
+only, no embeddings or biases: ``StageMemory.layer_states_bytes``) and, for the latter,
+the transformer-layer activations of the first stage including in-flight micro-batches
+and the interleaving factor but no embedding or logits buffers
+(``StageMemory.layer_activation_bytes``). ``tests/constraints/test_memory_korthikanti.py``
+checks both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from costmodel.specs.gpu import GiB
+from costmodel.specs.model import ModelSpec
+from costmodel.specs.runspec import RunSpec
+from costmodel.specs.strategy import Strategy
+
+BYTES_WEIGHT_16BIT = 2
+BYTES_GRAD_FP32 = 4
+BYTES_OPTIMIZER = 12  # fp32 master copy + Adam first and second moments
+BYTES_FP8_WEIGHT_COPY = 1
+BYTES_LOGITS = 6  # 16-bit logits plus their fp32 copy for the loss
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Peak bytes on one GPU of pipeline stage ``stage``."""
+
+    stage: int
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    other_bytes: float
+    layer_states_bytes: float
+    layer_activation_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes
+                + self.activations_bytes + self.other_bytes)
+
+    def as_gib(self) -> dict[str, float]:
+        """The contract's ``memory`` mapping, in GiB."""
+        return {
+            "weights_gib": self.weights_bytes / GiB,
+            "grads_gib": self.grads_bytes / GiB,
+            "optimizer_gib": self.optimizer_bytes / GiB,
+            "activations_gib": self.activations_bytes / GiB,
+            "other_gib": self.other_bytes / GiB,
+        }
+
+
+# -- parameters per GPU ---------------------------------------------------------
+def layers_per_stage(model: ModelSpec, strategy: Strategy) -> float:
+    """Transformer layers one pipeline rank holds (all its virtual chunks)."""
+    return model.num_layers / strategy.pp
+
+
+def dense_layer_params_per_gpu(model: ModelSpec, tp: int) -> float:
+    """Parameters of one dense layer on one GPU: projections split by tp, norms replicated."""
+    return (model.attention_params() + model.mlp_params(model.ffn_hidden_size)) / tp \
+        + 2 * model.norm_params()  # type: ignore[arg-type]
+
+
+def moe_layer_params_per_gpu(model: ModelSpec, strategy: Strategy) -> tuple[float, float]:
+    """(non-expert, expert) parameters of one MoE layer on one GPU."""
+    experts = model.num_experts * model.mlp_params(model.moe_ffn_hidden_size)  # type: ignore[arg-type]
+    shared = model.num_shared_experts * model.mlp_params(model.moe_ffn_hidden_size)  # type: ignore[arg-type]
+    non_expert = (model.attention_params() + shared) / strategy.tp + 2 * model.norm_params() \
+        + model.hidden_size * model.num_experts
+    return non_expert, experts / (strategy.ep * strategy.tp)
+
+
+def embedding_params_per_gpu(model: ModelSpec, strategy: Strategy, stage: int) -> float:
+    """Word / position embeddings (first stage) and LM head (last stage), vocab split by tp."""
+    vocab = model.vocab_size * model.hidden_size / strategy.tp
+    n = 0.0
+    if stage == 0:
+        n += vocab
+        if model.position_embedding == "learned":
+            n += model.max_position_embeddings * model.hidden_size  # type: ignore[operator]
+    if stage == strategy.pp - 1:
+        n += model.norm_params()
+        # Untied: the LM head. Tied with pp > 1: Megatron keeps a copy of the embedding there.
+        if not model.tie_embeddings or strategy.pp > 1:
+            n += vocab
+    return n
+
+
+def _stage_layer_counts(model: ModelSpec, strategy: Strategy) -> tuple[float, float]:
+    """(dense, MoE) layers on one stage, spreading the leading dense layers evenly."""
+    per_stage = layers_per_stage(model, strategy)
+    moe_share = model.num_moe_layers / model.num_layers
+    return per_stage * (1 - moe_share), per_stage * moe_share
+
+
+def model_state_bytes(run: RunSpec, stage: int) -> tuple[float, float, float, float]:
+    """(weights, grads, optimizer, layer-states) bytes on one GPU of ``stage``."""
+    model, s = run.model, run.strategy
+    dense_layers, moe_layers = _stage_layer_counts(model, s)
+    dense = dense_layers * dense_layer_params_per_gpu(model, s.tp) + embedding_params_per_gpu(model, s, stage)
+    expert = 0.0
+    if moe_layers:
+        non_expert, expert_per_layer = moe_layer_params_per_gpu(model, s)
+        dense += moe_layers * non_expert
+        expert = moe_layers * expert_per_layer
+    shards_dense = s.dp * s.cp
+    shards_expert = s.expert_data_parallel_size
+    weight_bytes = BYTES_WEIGHT_16BIT + (BYTES_FP8_WEIGHT_COPY if s.precision == "fp8" else 0)
+
+    def sharded(params: float, bytes_per: float, shards: int, from_stage: int) -> float:
+        return params * bytes_per / (shards if s.zero_stage >= from_stage else 1)
+
+    weights = sharded(dense, weight_bytes, shards_dense, 3) + sharded(expert, weight_bytes, shards_expert, 3)
+    grads = sharded(dense, BYTES_GRAD_FP32, shards_dense, 2) + sharded(expert, BYTES_GRAD_FP32, shards_expert, 2)
+    optim = sharded(dense, BYTES_OPTIMIZER, shards_dense, 1) + sharded(expert, BYTES_OPTIMIZER, shards_expert, 1)
+    # Korthikanti et al. 2022 Figure 1 convention: 18 bytes x 12 l h^2 / (tp pp), unsharded.
+    layer_states = 18 * 12 * model.num_layers * model.hidden_size**2 / (s.tp * s.pp)
+    return weights, grads, optim, layer_states
+
+
+# -- activations ---------------------------------------------------------------
+def activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool = False) -> float:
+    """Bytes one transformer layer keeps for backward, per micro-batch, on one GPU.
+
+    Korthikanti et al. 2022 Section 4 with 16-bit activations and 1-byte dropout
+    masks; ``s`` is the per-GPU sequence (``seq_length / cp``).
+    """
+    t, b = strategy.tp, strategy.micro_batch_size
+    s = seq_length / strategy.cp
+    h = model.hidden_size
+    sp = strategy.sequence_parallel and t > 1
+    replicated = t if sp else 1  # what SP shards that plain TP replicates
+    drop = 1 if model.dropout else 0
+    if strategy.recompute == "full":
+        return 2 * s * b * h / replicated  # the layer input only
+    # Attention block: LN input, QKV input, Q and K, V, projection input, output dropout mask.
+    attn = (2 * s * b * h + 2 * s * b * h) / replicated
+    attn += 2 * s * b * (model.q_size + model.kv_size) / t + 2 * s * b * model.kv_size / t
+    attn += 2 * s * b * model.q_size / t + drop * s * b * h / replicated
+    a = model.num_attention_heads
+    if strategy.flash_attention or strategy.recompute == "selective":
+        if strategy.flash_attention and strategy.recompute != "selective":
+            attn += 2 * s * b * model.q_size / t + 4 * a * s * b / t  # output O and fp32 log-sum-exp
+    else:
+        attn += (4 + drop) * a * s * s * strategy.cp * b / t  # scores, softmax (+ dropout mask and output)
+    # MLP block: LN input, fc1 input, inner activations, output dropout mask.
+    ffn = model.moe_ffn_hidden_size if moe else model.ffn_hidden_size
+    inner = (6 if model.activation == "swiglu" else 4) * s * b * ffn / t  # type: ignore[operator]
+    tokens_factor = model.moe_router_topk if moe else 1
+    mlp = (2 * s * b * h + 2 * s * b * h) / replicated + inner * tokens_factor + drop * s * b * h / replicated
+    if moe:
+        mlp += 2 * s * b * h * model.moe_router_topk / replicated  # permuted tokens kept for the expert GEMMs
+    return attn + mlp
+
+
+def inflight_chunks(strategy: Strategy, stage: int) -> float:
+    """Model chunks whose activations stage ``stage`` holds at its peak (in layers-of-a-stage units)."""
+    p, v, m = strategy.pp, strategy.vpp, strategy.num_microbatches
+    if v == 1:
+        return float(min(m, p - stage))
+    chunks = min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1)
+    return chunks / v
+
+
+def layer_activation_bytes(run: RunSpec, stage: int) -> float:
+    """Transformer-layer activations held by one GPU of ``stage`` at its peak."""
+    model, s = run.model, run.strategy
+    dense_layers, moe_layers = _stage_layer_counts(model, s)
+    per_chunk = dense_layers * activation_bytes_per_layer(model, s, run.seq_length)
+    if moe_layers:
+        per_chunk += moe_layers * activation_bytes_per_layer(model, s, run.seq_length, moe=True)
+    return per_chunk * inflight_chunks(s, stage)
+
+
+def other_bytes(run: RunSpec, stage: int) -> float:
+    """Peak-time buffers beyond stored layer activations (see the module docstring)."""
+    model, s = run.model, run.strategy
+    b, seq, h = s.micro_batch_size, run.seq_length / s.cp, model.hidden_size
+    out = 0.0
+    if stage == 0:
+        out += inflight_chunks(s, 0) * (2 * seq * b * h + 8 * seq * b)  # embedding output and token ids
+    if stage == s.pp - 1:
+        out += BYTES_LOGITS * b * seq * model.vocab_size / s.tp
+    if s.zero_stage == 3:
+        out += 2 * BYTES_WEIGHT_16BIT * dense_layer_params_per_gpu(model, s.tp)
+    if model.is_moe:
+        out += 2 * 2 * model.moe_router_topk * seq * b * h  # dispatch and combine buffers
+    if s.recompute == "full":
+        out += activation_bytes_per_layer(model, replace(s, recompute="none"), run.seq_length, moe=model.is_moe)
+    return out
+
+
+def stage_memory(run: RunSpec, stage: int) -> StageMemory:
+    """Memory of one GPU in pipeline stage ``stage``."""
+    weights, grads, optim, layer_states = model_state_bytes(run, stage)
+    acts = layer_activation_bytes(run, stage)
+    return StageMemory(stage=stage, weights_bytes=weights, grads_bytes=grads, optimizer_bytes=optim,
+                       activations_bytes=acts, other_bytes=other_bytes(run, stage),
+                       layer_states_bytes=layer_states, layer_activation_bytes=acts)
+
+
+def peak_stage_memory(run: RunSpec) -> StageMemory:
+    """The pipeline stage with the highest per-GPU memory.
+
+    Only the first and last stages can be the peak: middle stages hold fewer
+    in-flight micro-batches than the first and no embedding or logits.
+    """
+    candidates = {0, run.strategy.pp - 1}
+    return max((stage_memory(run, st) for st in sorted(candidates)), key=lambda m: m.total_bytes)

@@ -1,0 +1,154 @@
+"""Legality rules a Megatron-style launch enforces, each a pure function of a run spec.
+
+Every rule returns ``None`` when the run obeys it, or a sentence that names the
+numbers. Add a rule by writing a function here and listing it in ``RULES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from costmodel.specs.runspec import RunSpec
+
+Rule = Callable[[RunSpec], "str | None"]
+
+
+def world_size_matches(run: RunSpec) -> str | None:
+    s, n = run.strategy, run.cluster.num_gpus
+    if s.world_size != n:
+        return (f"tp*pp*cp*dp = {s.tp}*{s.pp}*{s.cp}*{s.dp} = {s.world_size} must equal "
+                f"num_gpus={n}")
+    return None
+
+
+def tp_divides_heads(run: RunSpec) -> str | None:
+    tp, heads = run.strategy.tp, run.model.num_attention_heads
+    if heads % tp:
+        return f"tp={tp} must divide num_attention_heads={heads}"
+    return None
+
+
+def tp_fits_kv_heads(run: RunSpec) -> str | None:
+    """KV heads split over tp, or replicate when tp exceeds them (Megatron-LM)."""
+    tp, kv = run.strategy.tp, run.model.num_query_groups
+    assert kv is not None
+    if kv % tp and tp % kv:
+        return (f"tp={tp} must divide num_query_groups={kv} or be a multiple of it "
+                f"(KV heads replicate when tp exceeds them)")
+    return None
+
+
+def tp_divides_ffn(run: RunSpec) -> str | None:
+    tp, model = run.strategy.tp, run.model
+    for name in ("ffn_hidden_size", "moe_ffn_hidden_size"):
+        size = getattr(model, name)
+        if name == "moe_ffn_hidden_size" and not model.is_moe:
+            continue
+        if size % tp:
+            return f"tp={tp} must divide {name}={size}"
+    return None
+
+
+def tp_within_nvlink_domain(run: RunSpec) -> str | None:
+    tp, domain = run.strategy.tp, run.cluster.gpu.nvlink_domain_size
+    if tp > domain and not run.strategy.allow_tp_across_nodes:
+        return (f"tp={tp} exceeds the NVLink domain of {domain} GPUs of {run.cluster.gpu.name} "
+                f"(set allow_tp_across_nodes: true to allow it)")
+    if tp > 1 and domain % tp and tp <= domain and not run.strategy.allow_tp_across_nodes:
+        return f"tp={tp} must divide the NVLink domain size {domain} so that no TP group straddles two domains"
+    return None
+
+
+def pp_within_layers(run: RunSpec) -> str | None:
+    pp, layers = run.strategy.pp, run.model.num_layers
+    if pp > layers:
+        return f"pp={pp} exceeds num_layers={layers}"
+    return None
+
+
+def layers_split_evenly(run: RunSpec) -> str | None:
+    s, layers = run.strategy, run.model.num_layers
+    chunks = s.pp * s.vpp
+    if layers % chunks:
+        return (f"num_layers={layers} must split evenly over pp*vpp = {s.pp}*{s.vpp} = {chunks} "
+                f"model chunks (uneven splits are not modelled)")
+    return None
+
+
+def batch_divisible(run: RunSpec) -> str | None:
+    s = run.strategy
+    unit = s.micro_batch_size * s.dp
+    if s.global_batch_size % unit:
+        return (f"global_batch_size={s.global_batch_size} must be divisible by "
+                f"micro_batch_size*dp = {s.micro_batch_size}*{s.dp} = {unit}")
+    return None
+
+
+def interleaving_needs_pipeline(run: RunSpec) -> str | None:
+    s = run.strategy
+    if s.vpp > 1 and s.pp == 1:
+        return f"vpp={s.vpp} (interleaved 1F1B) needs pp > 1, got pp=1"
+    if s.vpp > 1 and s.num_microbatches % s.pp:
+        return (f"interleaved 1F1B needs the number of micro-batches ({s.num_microbatches}) "
+                f"to be divisible by pp={s.pp}")
+    return None
+
+
+def sequence_parallel_needs_tp(run: RunSpec) -> str | None:
+    s = run.strategy
+    if s.sequence_parallel and s.tp == 1:
+        return "sequence_parallel needs tp > 1, got tp=1"
+    if s.sequence_parallel and (run.seq_length // s.cp) % s.tp:
+        return (f"sequence_parallel needs the per-rank sequence seq_length/cp = {run.seq_length // s.cp} "
+                f"to be divisible by tp={s.tp}")
+    return None
+
+
+def cp_divides_sequence(run: RunSpec) -> str | None:
+    cp, seq = run.strategy.cp, run.seq_length
+    if cp > 1 and seq % (2 * cp):
+        return (f"cp={cp} needs seq_length={seq} divisible by 2*cp = {2 * cp} "
+                f"(causal load balancing splits the sequence in 2*cp chunks)")
+    return None
+
+
+def expert_parallel_fits(run: RunSpec) -> str | None:
+    s, model = run.strategy, run.model
+    if s.ep == 1:
+        return None
+    if not model.is_moe:
+        return f"ep={s.ep} needs a mixture-of-experts model; {model.name} is dense"
+    if model.num_experts % s.ep:
+        return f"ep={s.ep} must divide num_experts={model.num_experts}"
+    if (s.dp * s.cp) % s.ep:
+        return f"ep={s.ep} must divide dp*cp = {s.dp}*{s.cp} = {s.dp * s.cp}"
+    return None
+
+
+def precision_supported(run: RunSpec) -> str | None:
+    gpu, precision = run.cluster.gpu, run.strategy.precision
+    if not gpu.supports(precision):
+        return f"precision={precision} is not supported by {gpu.name} (it supports {', '.join(dict(gpu.peak_flops))})"
+    return None
+
+
+RULES: tuple[Rule, ...] = (
+    world_size_matches,
+    tp_divides_heads,
+    tp_fits_kv_heads,
+    tp_divides_ffn,
+    tp_within_nvlink_domain,
+    pp_within_layers,
+    layers_split_evenly,
+    batch_divisible,
+    interleaving_needs_pipeline,
+    sequence_parallel_needs_tp,
+    cp_divides_sequence,
+    expert_parallel_fits,
+    precision_supported,
+)
+
+
+def rule_violations(run: RunSpec) -> list[str]:
+    """Every broken legality rule of ``run``, as sentences."""
+    return [msg for rule in RULES if (msg := rule(run)) is not None]

@@ -1,0 +1,1 @@
+"""parplan's cost model: specs, operator decomposition, predictors and step-time composition."""

@@ -1,0 +1,178 @@
+"""GPU and cluster descriptions.
+
+Catalog YAML and run-spec overrides use the field names of ``GPU_FIELDS`` in
+readable units (TFLOP/s, GiB, GB/s, microseconds); ``GPUSpec`` stores SI units.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from costmodel.specs.errors import SpecError, reject_unknown_keys, require_int, require_number
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+GiB = 1024**3
+
+# YAML key -> (GPUSpec attribute, factor to SI)
+GPU_FIELDS: dict[str, tuple[str, float]] = {
+    "hbm_capacity_GiB": ("hbm_capacity_bytes", GiB),
+    "hbm_bandwidth_GBps": ("hbm_bandwidth_bytes_per_s", 1e9),
+    "intra_node_bandwidth_GBps": ("intra_node_bandwidth_bytes_per_s", 1e9),
+    "inter_node_bandwidth_GBps": ("inter_node_bandwidth_bytes_per_s", 1e9),
+    "intra_node_latency_us": ("intra_node_latency_s", 1e-6),
+    "inter_node_latency_us": ("inter_node_latency_s", 1e-6),
+}
+GPU_INT_FIELDS = ("num_sms", "gpus_per_node", "nvlink_domain_size")
+GPU_KEYS = frozenset({"display_name", "vendor", "peak_tflops", "sources", *GPU_FIELDS, *GPU_INT_FIELDS})
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPUSpec:
+    """One accelerator kind and the node it usually sits in (SI units).
+
+    ``peak_flops`` maps a dtype to dense (no sparsity) tensor-core FLOP/s;
+    a dtype the GPU cannot run is absent. Bandwidths are per GPU, one
+    direction. ``sources`` maps each catalog key to where its figure comes from.
+    """
+
+    name: str
+    display_name: str
+    vendor: str
+    peak_flops: tuple[tuple[str, float], ...]
+    hbm_capacity_bytes: float
+    hbm_bandwidth_bytes_per_s: float
+    num_sms: int
+    intra_node_bandwidth_bytes_per_s: float
+    intra_node_latency_s: float
+    gpus_per_node: int
+    nvlink_domain_size: int
+    inter_node_bandwidth_bytes_per_s: float
+    inter_node_latency_s: float
+    sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``; raises if the GPU lacks it."""
+        table = dict(self.peak_flops)
+        if dtype not in table:
+            raise SpecError("precision", dtype,
+                            f"a dtype {self.name} supports ({', '.join(table)})")
+        return table[dtype]
+
+    def supports(self, dtype: str) -> bool:
+        return dtype in dict(self.peak_flops)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Catalog-unit mapping (the same keys a YAML entry uses)."""
+        out: dict[str, Any] = {"name": self.name, "display_name": self.display_name, "vendor": self.vendor,
+                               "peak_tflops": {k: v / 1e12 for k, v in self.peak_flops}}
+        for key, (attr, factor) in GPU_FIELDS.items():
+            out[key] = getattr(self, attr) / factor
+        for key in GPU_INT_FIELDS:
+            out[key] = getattr(self, key)
+        out["sources"] = dict(self.sources)
+        return out
+
+
+def _peak_from_mapping(section: str, data: Any) -> tuple[tuple[str, float], ...]:
+    if not isinstance(data, dict):
+        raise SpecError(f"{section}.peak_tflops", data, "a mapping of dtype to TFLOP/s")
+    reject_unknown_keys(f"{section}.peak_tflops", data, frozenset(DTYPES))
+    peaks = []
+    for dtype in DTYPES:
+        value = data.get(dtype)
+        if value is not None:
+            peaks.append((dtype, require_number(f"{section}.peak_tflops.{dtype}", value) * 1e12))
+    return tuple(peaks)
+
+
+def gpu_from_mapping(name: str, data: dict[str, Any], section: str = "gpu") -> GPUSpec:
+    """Build a ``GPUSpec`` from catalog-unit keys (every key required)."""
+    reject_unknown_keys(section, data, GPU_KEYS)
+    kwargs: dict[str, Any] = {"name": name,
+                              "display_name": str(data.get("display_name", name)),
+                              "vendor": str(data.get("vendor", "unknown"))}
+    for key in ("peak_tflops", *GPU_FIELDS, *GPU_INT_FIELDS):
+        if key not in data:
+            raise SpecError(f"{section}.{key}", None, "given for every catalog GPU")
+    kwargs["peak_flops"] = _peak_from_mapping(section, data["peak_tflops"])
+    for key, (attr, factor) in GPU_FIELDS.items():
+        kwargs[attr] = require_number(f"{section}.{key}", data[key], strict=not key.endswith("latency_us")) * factor
+    for key in GPU_INT_FIELDS:
+        kwargs[key] = require_int(f"{section}.{key}", data[key])
+    sources = data.get("sources", {})
+    if not isinstance(sources, dict):
+        raise SpecError(f"{section}.sources", sources, "a mapping of field to source")
+    kwargs["sources"] = tuple((str(k), str(v)) for k, v in sources.items())
+    return GPUSpec(**kwargs)
+
+
+def override_gpu(gpu: GPUSpec, overrides: dict[str, Any], section: str = "cluster") -> GPUSpec:
+    """Return ``gpu`` with catalog-unit ``overrides`` applied (e.g. ``inter_node_bandwidth_GBps``)."""
+    changes: dict[str, Any] = {}
+    sources = dict(gpu.sources)
+    for key, value in overrides.items():
+        if key == "peak_tflops":
+            merged = {k: v / 1e12 for k, v in gpu.peak_flops}
+            if not isinstance(value, dict):
+                raise SpecError(f"{section}.peak_tflops", value, "a mapping of dtype to TFLOP/s")
+            merged.update(value)
+            changes["peak_flops"] = _peak_from_mapping(section, merged)
+        elif key in GPU_FIELDS:
+            attr, factor = GPU_FIELDS[key]
+            changes[attr] = require_number(f"{section}.{key}", value,
+                                           strict=not key.endswith("latency_us")) * factor
+        elif key in GPU_INT_FIELDS:
+            changes[key] = require_int(f"{section}.{key}", value)
+        else:  # pragma: no cover - callers filter keys first
+            raise SpecError(f"{section}.{key}", key, "a GPU figure")
+        sources[key] = "run spec override"
+    return replace(gpu, sources=tuple(sources.items()), **changes)
+
+
+# Runtime reserve (not usable for model state): CUDA context 0.5-0.9 GiB with torch >= 1.13 and
+# NCCL initialisation ~1-2 GiB (source: ml-engineering "performance" chapter, as collected in
+# shared/research/hardware_and_formulas.md section 5c), plus an allocator-fragmentation share.
+# The fragmentation share is a judgement call (no measured figure is published); 5% of capacity
+# leaves ~131 GiB usable on an H200, close to the "~130 GiB usable" of 140.4 reported for a
+# DeepSpeed ZeRO-3 run (ml-engineering, same section).
+DEFAULT_MEMORY_RESERVE_GIB = 2.0
+DEFAULT_FRAGMENTATION_FRACTION = 0.05
+CLUSTER_KEYS = frozenset({"gpu", "num_gpus", "gpus_per_node", "memory_reserve_GiB",
+                          "fragmentation_fraction", *GPU_FIELDS, "peak_tflops", "num_sms",
+                          "nvlink_domain_size"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterSpec:
+    """``num_gpus`` GPUs of one kind, ``gpus_per_node`` per node."""
+
+    gpu: GPUSpec
+    num_gpus: int
+    gpus_per_node: int
+    memory_reserve_bytes: float = DEFAULT_MEMORY_RESERVE_GIB * GiB
+    fragmentation_fraction: float = DEFAULT_FRAGMENTATION_FRACTION
+
+    def __post_init__(self) -> None:
+        require_int("cluster.num_gpus", self.num_gpus)
+        require_int("cluster.gpus_per_node", self.gpus_per_node)
+        if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node:
+            raise SpecError("cluster.num_gpus", self.num_gpus,
+                            f"a multiple of gpus_per_node={self.gpus_per_node} (whole nodes)")
+        if not 0 <= self.fragmentation_fraction < 1:
+            raise SpecError("cluster.fragmentation_fraction", self.fragmentation_fraction, "in [0, 1)")
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, self.num_gpus // self.gpus_per_node)
+
+    @property
+    def nvlink_domain_size(self) -> int:
+        """GPUs that share one scale-up domain (a node, or a rack for NVL72; PCIe for GPUs without NVLink)."""
+        return min(self.gpu.nvlink_domain_size, self.num_gpus)
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """HBM a training job can fill: capacity less fragmentation share and runtime reserve."""
+        cap = self.gpu.hbm_capacity_bytes
+        return cap * (1.0 - self.fragmentation_fraction) - self.memory_reserve_bytes

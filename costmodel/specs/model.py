@@ -1,0 +1,209 @@
+"""Transformer architecture description and the parameter counts derived from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from costmodel.specs.errors import (
+    SpecError,
+    reject_unknown_keys,
+    require_bool,
+    require_choice,
+    require_int,
+)
+
+ACTIVATIONS = ("gelu", "swiglu", "squared_relu")
+NORMALIZATIONS = ("layernorm", "rmsnorm")
+POSITION_EMBEDDINGS = ("learned", "rope", "alibi")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer (dense or mixture-of-experts).
+
+    Optional sizes are resolved in ``__post_init__``: ``num_query_groups``
+    defaults to the number of heads, ``ffn_hidden_size`` to ``4 * hidden_size``,
+    ``head_dim`` to ``hidden_size / num_attention_heads``,
+    ``moe_ffn_hidden_size`` to ``ffn_hidden_size`` and
+    ``max_position_embeddings`` to ``seq_length``. ``dropout`` says whether
+    training applies hidden / attention dropout (Megatron-LM's default does;
+    most recent open models are trained without), which changes activation
+    memory and adds element-wise kernels.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    vocab_size: int
+    seq_length: int = 2048
+    num_query_groups: int | None = None
+    ffn_hidden_size: int | None = None
+    head_dim: int | None = None
+    activation: str = "gelu"
+    normalization: str = "layernorm"
+    position_embedding: str = "learned"
+    max_position_embeddings: int | None = None
+    tie_embeddings: bool = False
+    add_bias_linear: bool = False
+    add_qkv_bias: bool = False
+    dropout: bool = True
+    num_experts: int = 0
+    moe_router_topk: int = 2
+    moe_ffn_hidden_size: int | None = None
+    num_shared_experts: int = 0
+    first_k_dense_layers: int = 0
+    source: str = field(default="", compare=False)
+    published_params: float | None = field(default=None, compare=False)
+    published_params_source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"):
+            require_int(f"model.{name}", getattr(self, name))
+        heads = self.num_attention_heads
+        self._resolve("num_query_groups", heads)
+        self._resolve("ffn_hidden_size", 4 * self.hidden_size)
+        if self.head_dim is None:
+            if self.hidden_size % heads:
+                raise SpecError("model.head_dim", None,
+                                f"given when hidden_size={self.hidden_size} is not a multiple of "
+                                f"num_attention_heads={heads}")
+            object.__setattr__(self, "head_dim", self.hidden_size // heads)
+        self._resolve("moe_ffn_hidden_size", self.ffn_hidden_size)
+        self._resolve("max_position_embeddings", self.seq_length)
+        for name in ("num_query_groups", "ffn_hidden_size", "head_dim", "moe_ffn_hidden_size",
+                     "max_position_embeddings", "moe_router_topk"):
+            require_int(f"model.{name}", getattr(self, name))
+        for name in ("num_experts", "num_shared_experts", "first_k_dense_layers"):
+            require_int(f"model.{name}", getattr(self, name), minimum=0)
+        if heads % self.num_query_groups:
+            raise SpecError("model.num_query_groups", self.num_query_groups,
+                            f"a divisor of num_attention_heads={heads}")
+        require_choice("model.activation", self.activation, ACTIVATIONS)
+        require_choice("model.normalization", self.normalization, NORMALIZATIONS)
+        require_choice("model.position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
+        for name in ("tie_embeddings", "add_bias_linear", "add_qkv_bias", "dropout"):
+            require_bool(f"model.{name}", getattr(self, name))
+        if self.num_experts and self.moe_router_topk > self.num_experts:
+            raise SpecError("model.moe_router_topk", self.moe_router_topk,
+                            f"at most num_experts={self.num_experts}")
+        if self.first_k_dense_layers > self.num_layers:
+            raise SpecError("model.first_k_dense_layers", self.first_k_dense_layers,
+                            f"at most num_layers={self.num_layers}")
+
+    def _resolve(self, name: str, default: int) -> None:
+        if getattr(self, name) is None:
+            object.__setattr__(self, name, default)
+
+    # -- shapes -------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.first_k_dense_layers if self.is_moe else 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def q_size(self) -> int:
+        """Width of the query projection output (heads x head_dim)."""
+        return self.num_attention_heads * self.head_dim  # type: ignore[operator]
+
+    @property
+    def kv_size(self) -> int:
+        """Width of one of the key / value projection outputs."""
+        return self.num_query_groups * self.head_dim  # type: ignore[operator]
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices in one MLP: 3 for gated (SwiGLU), else 2."""
+        return 3 if self.activation == "swiglu" else 2
+
+    # -- parameter counts ---------------------------------------------------
+    def attention_params(self) -> int:
+        """Parameters of one attention block (projections and their biases)."""
+        h = self.hidden_size
+        qkv_out = self.q_size + 2 * self.kv_size
+        n = h * qkv_out + self.q_size * h
+        if self.add_bias_linear or self.add_qkv_bias:
+            n += qkv_out
+        if self.add_bias_linear:
+            n += h
+        return n
+
+    def mlp_params(self, ffn: int) -> int:
+        """Parameters of one MLP (one expert) with inner size ``ffn``."""
+        h = self.hidden_size
+        n = self.mlp_matrices * h * ffn
+        if self.add_bias_linear:
+            n += (self.mlp_matrices - 1) * ffn + h
+        return n
+
+    def norm_params(self) -> int:
+        """Parameters of one normalisation layer."""
+        return 2 * self.hidden_size if self.normalization == "layernorm" else self.hidden_size
+
+    def moe_mlp_params(self, active: bool = False) -> int:
+        """Parameters of one MoE MLP block: router, routed and shared experts."""
+        experts = self.moe_router_topk if active else self.num_experts
+        ffn = self.moe_ffn_hidden_size  # resolved in __post_init__
+        return (self.hidden_size * self.num_experts
+                + (experts + self.num_shared_experts) * self.mlp_params(ffn))  # type: ignore[arg-type]
+
+    def layer_params(self, moe: bool = False, active: bool = False) -> int:
+        """Parameters of one transformer layer (two norms, attention, MLP)."""
+        mlp = self.moe_mlp_params(active) if moe else self.mlp_params(self.ffn_hidden_size)  # type: ignore[arg-type]
+        return 2 * self.norm_params() + self.attention_params() + mlp
+
+    def embedding_params(self) -> int:
+        """Word embedding plus learned position embedding, if any."""
+        n = self.vocab_size * self.hidden_size
+        if self.position_embedding == "learned":
+            n += self.max_position_embeddings * self.hidden_size  # type: ignore[operator]
+        return n
+
+    def output_params(self) -> int:
+        """Final norm plus the LM head (zero extra when tied)."""
+        head = 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
+        return self.norm_params() + head
+
+    def transformer_params(self, active: bool = False) -> int:
+        """Parameters of the transformer layer stack (no embeddings or head)."""
+        return (self.num_dense_layers * self.layer_params()
+                + self.num_moe_layers * self.layer_params(moe=True, active=active))
+
+    @property
+    def num_params(self) -> int:
+        """Total parameters, every expert counted."""
+        return self.embedding_params() + self.transformer_params() + self.output_params()
+
+    @property
+    def num_active_params(self) -> int:
+        """Parameters one token goes through (top-k experts only)."""
+        return self.embedding_params() + self.transformer_params(active=True) + self.output_params()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain mapping of every field (for JSON output)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+MODEL_KEYS = frozenset(f.name for f in fields(ModelSpec))
+
+
+def model_from_mapping(data: dict[str, Any], section: str = "model") -> ModelSpec:
+    """Build a ``ModelSpec`` from a mapping, rejecting unknown keys."""
+    if not isinstance(data, dict):
+        raise SpecError(section, data, "a catalog name or a mapping of model fields")
+    reject_unknown_keys(section, data, MODEL_KEYS)
+    for required in ("name", "num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
+        if required not in data:
+            raise SpecError(f"{section}.{required}", None, "given (it has no default)")
+    try:
+        return ModelSpec(**data)
+    except TypeError as exc:  # pragma: no cover - guarded by the key check above
+        raise SpecError(section, data, f"valid model fields ({exc})") from None

@@ -1,0 +1,139 @@
+"""Run specs: a model, a cluster and a strategy (see shared/spec/run_spec.md)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from costmodel.specs.catalog import get_gpu, get_model
+from costmodel.specs.errors import SpecError, reject_unknown_keys, require_int, require_number
+from costmodel.specs.gpu import CLUSTER_KEYS, GiB, ClusterSpec, override_gpu
+from costmodel.specs.model import ModelSpec, model_from_mapping
+from costmodel.specs.strategy import STRATEGY_KEYS, Strategy
+
+RUN_KEYS = frozenset({"model", "seq_length", "cluster", "strategy"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """One training job: what is trained, on what, and how it is split."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    strategy: Strategy
+    seq_length: int
+
+    def __post_init__(self) -> None:
+        require_int("seq_length", self.seq_length)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.strategy.global_batch_size * self.seq_length
+
+    def with_strategy(self, strategy: Strategy) -> "RunSpec":
+        return replace(self, strategy=strategy)
+
+
+def resolve_model(value: Any, base_dir: Path | None = None) -> ModelSpec:
+    """A catalog name, an inline mapping, or ``{hf_config: path}``."""
+    if isinstance(value, str):
+        return get_model(value)
+    if isinstance(value, dict) and "hf_config" in value:
+        reject_unknown_keys("model", value, frozenset({"hf_config"}))
+        from costmodel.specs.hf_config import model_from_hf_config
+
+        path = Path(str(value["hf_config"]))
+        if base_dir is not None and not path.is_absolute():
+            path = base_dir / path
+        return model_from_hf_config(path)
+    if isinstance(value, dict):
+        return model_from_mapping(value)
+    raise SpecError("model", value, "a catalog name, a mapping of model fields or {hf_config: path}")
+
+
+def resolve_cluster(value: Any) -> ClusterSpec:
+    """The ``cluster:`` section: a catalog GPU, a GPU count and optional overrides."""
+    if not isinstance(value, dict):
+        raise SpecError("cluster", value, "a mapping with gpu and num_gpus")
+    reject_unknown_keys("cluster", value, CLUSTER_KEYS)
+    for key in ("gpu", "num_gpus"):
+        if key not in value:
+            raise SpecError(f"cluster.{key}", None, "given")
+    if not isinstance(value["gpu"], str):
+        raise SpecError("cluster.gpu", value["gpu"], "a catalog GPU name")
+    gpu = get_gpu(value["gpu"])
+    skip = {"gpu", "num_gpus", "gpus_per_node", "memory_reserve_GiB", "fragmentation_fraction"}
+    overrides = {k: v for k, v in value.items() if k not in skip}
+    if overrides:
+        gpu = override_gpu(gpu, overrides)
+    kwargs: dict[str, Any] = {
+        "gpu": gpu,
+        "num_gpus": require_int("cluster.num_gpus", value["num_gpus"]),
+        "gpus_per_node": require_int("cluster.gpus_per_node", value.get("gpus_per_node", gpu.gpus_per_node)),
+    }
+    if "memory_reserve_GiB" in value:
+        kwargs["memory_reserve_bytes"] = require_number(
+            "cluster.memory_reserve_GiB", value["memory_reserve_GiB"], strict=False) * GiB
+    if "fragmentation_fraction" in value:
+        kwargs["fragmentation_fraction"] = require_number(
+            "cluster.fragmentation_fraction", value["fragmentation_fraction"], strict=False)
+    return ClusterSpec(**kwargs)
+
+
+def resolve_strategy(value: Any, num_gpus: int) -> Strategy:
+    """The ``strategy:`` section; ``dp`` is derived when absent."""
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise SpecError("strategy", value, "a mapping of parallelism settings")
+    reject_unknown_keys("strategy", value, STRATEGY_KEYS)
+    data = dict(value)
+    if "global_batch_size" not in data:
+        raise SpecError("strategy.global_batch_size", None, "given (sequences per optimizer step)")
+    if "dp" not in data:
+        degrees = [data.get(k, 1) for k in ("tp", "pp", "cp")]
+        for key, degree in zip(("tp", "pp", "cp"), degrees):
+            require_int(f"strategy.{key}", degree)
+        data["dp"] = max(1, num_gpus // (degrees[0] * degrees[1] * degrees[2]))
+    return Strategy(**data)
+
+
+def run_spec_from_mapping(data: Any, base_dir: Path | None = None) -> RunSpec:
+    """Build a ``RunSpec`` from parsed YAML / JSON; relative paths resolve against ``base_dir``."""
+    if not isinstance(data, dict):
+        raise SpecError("run spec", type(data).__name__, "a mapping with model, cluster and strategy")
+    reject_unknown_keys("", data, RUN_KEYS)
+    for key in ("model", "cluster"):
+        if key not in data:
+            raise SpecError(key, None, "given")
+    model = resolve_model(data["model"], base_dir)
+    cluster = resolve_cluster(data["cluster"])
+    strategy = resolve_strategy(data.get("strategy"), cluster.num_gpus)
+    seq = data.get("seq_length", model.seq_length)
+    require_int("seq_length", seq)
+    return RunSpec(model=model, cluster=cluster, strategy=strategy, seq_length=seq)
+
+
+def read_structured_file(path: str | Path, field: str = "run spec") -> Any:
+    """Parse a YAML or JSON file (``yaml.safe_load`` only); errors name the file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(field, str(path), f"a readable file ({exc.__class__.__name__})") from None
+    try:
+        if p.suffix.lower() == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        raise SpecError(field, str(path), f"valid YAML or JSON ({first})") from None
+
+
+def load_run_spec(path: str | Path) -> RunSpec:
+    """Read a run spec from a YAML or JSON file."""
+    return run_spec_from_mapping(read_structured_file(path), base_dir=Path(path).resolve().parent)

@@ -1,0 +1,73 @@
+"""The parallelism strategy of one training run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from costmodel.specs.errors import SpecError, require_bool, require_choice, require_int
+
+RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp16", "fp8")
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Strategy:
+    """How one training step is split over GPUs (frozen and hashable).
+
+    Degrees multiply as ``tp * pp * cp * dp = num_gpus``; expert parallelism
+    ``ep`` is carved out of the ``dp * cp`` ranks, as Megatron-LM does.
+    ``vpp`` > 1 selects the interleaved 1F1B schedule. ``zero_stage`` 1 is the
+    Megatron distributed optimizer; 3 shards parameters too (FSDP).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1
+    micro_batch_size: int = 1
+    global_batch_size: int = 1
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    zero_stage: int = 0
+    precision: str = "bf16"
+    flash_attention: bool = True
+    allow_tp_across_nodes: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size"):
+            require_int(f"strategy.{name}", getattr(self, name))
+        require_choice("strategy.recompute", self.recompute, RECOMPUTE)
+        require_choice("strategy.precision", self.precision, PRECISIONS)
+        if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
+            raise SpecError("strategy.zero_stage", self.zero_stage, "one of 0, 1, 2, 3")
+        for name in ("sequence_parallel", "flash_attention", "allow_tp_across_nodes"):
+            require_bool(f"strategy.{name}", getattr(self, name))
+
+    @property
+    def model_parallel_size(self) -> int:
+        """GPUs one model replica spans (tp * pp * cp)."""
+        return self.tp * self.pp * self.cp
+
+    @property
+    def world_size(self) -> int:
+        return self.model_parallel_size * self.dp
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches each DP replica runs per step (floored; rules flag a remainder)."""
+        return max(1, self.global_batch_size // (self.micro_batch_size * self.dp))
+
+    @property
+    def expert_data_parallel_size(self) -> int:
+        """Ranks that hold the same expert shard (dp * cp / ep, at least 1)."""
+        return max(1, (self.dp * self.cp) // self.ep)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+STRATEGY_KEYS = frozenset(f.name for f in fields(Strategy))

@@ -1,0 +1,118 @@
+"""The ``parplan`` command line: each subcommand parses, calls one library function, prints, returns an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from costmodel.specs.errors import SpecError
+from parplan import api
+
+EXIT_OK, EXIT_USAGE, EXIT_INFEASIBLE = 0, 2, 3
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"parplan: error: {message}\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def _fmt_params(n: float) -> str:
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def _print_table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    for row in [header, ["-" * w for w in widths], *rows]:
+        print("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    if args.kind == "models":
+        models = api.list_models()
+        if args.json:
+            print(json.dumps(models, indent=2))
+            return EXIT_OK
+        _print_table([[m["name"], _fmt_params(m["num_params"]), str(m["num_layers"]), str(m["hidden_size"]),
+                       f'{m["num_attention_heads"]}/{m["num_query_groups"]}', str(m["ffn_hidden_size"]),
+                       str(m["vocab_size"]), str(m["num_experts"] or "-")] for m in models],
+                     ["name", "params", "layers", "hidden", "heads/kv", "ffn", "vocab", "experts"])
+        return EXIT_OK
+    gpus = api.list_gpus()
+    if args.json:
+        print(json.dumps(gpus, indent=2))
+        return EXIT_OK
+    _print_table([[g["name"], f'{g["peak_tflops"].get("bf16", 0):.0f}', f'{g["peak_tflops"].get("fp8", 0) or "-"}',
+                   f'{g["hbm_capacity_GiB"]:.1f}', f'{g["hbm_bandwidth_GBps"]:.0f}',
+                   f'{g["intra_node_bandwidth_GBps"]:.0f}', str(g["nvlink_domain_size"]),
+                   f'{g["inter_node_bandwidth_GBps"]:.1f}'] for g in gpus],
+                 ["name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GiB", "HBM GB/s", "scale-up GB/s", "domain",
+                  "scale-out GB/s"])
+    return EXIT_OK
+
+
+def _print_prediction(result: dict[str, Any]) -> None:
+    status = "fits" if result["fits"] else "does NOT fit"
+    print(f"Run {status}: peak {result['peak_memory_gib']:.1f} GiB per GPU (stage {result['peak_memory_stage']}), "
+          f"{result['usable_memory_gib']:.1f} GiB usable")
+    _print_table([[k.removesuffix("_gib"), f"{v:.2f}"] for k, v in result["memory"].items()], ["memory", "GiB"])
+    for key in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu"):
+        if key in result:
+            print(f"{key}: {result[key]}")
+    if "breakdown" in result:
+        _print_table([[k, f"{v:.4f}"] for k, v in result["breakdown"].items()], ["breakdown", "s"])
+    for violation in result["violations"]:
+        print(f"violation: {violation}")
+    for warning in result.get("warnings", []):
+        print(f"warning: {warning}")
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    result = api.predict_file(args.run_spec)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print_prediction(result)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="parplan", description="Plan the parallelism of LLM training jobs.")
+    parser.add_argument("--version", action="version", version=f"parplan {__import__('parplan').__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    cat = sub.add_parser("catalog", help="list the built-in models or GPUs",
+                         description="List the built-in model or GPU catalog.")
+    cat.add_argument("kind", choices=("models", "gpus"))
+    cat.add_argument("--json", action="store_true", help="print JSON only")
+    cat.set_defaults(func=cmd_catalog)
+
+    pred = sub.add_parser("predict", help="predict memory (and time) of one run spec",
+                          description="Predict per-GPU memory, legality and (when the cost model provides it) "
+                                      "step time of one run spec (YAML or JSON, see shared/spec/run_spec.md).")
+    pred.add_argument("run_spec", help="path to a run spec (.yaml, .yml or .json)")
+    pred.add_argument("--json", action="store_true", help="print only the contract JSON")
+    pred.set_defaults(func=cmd_predict)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except SpecError as exc:
+        sys.stderr.write(f"parplan: error: {exc}\n")
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

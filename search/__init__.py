@@ -1,0 +1,1 @@
+"""Strategy search over the constrained space (Optuna). Arrives with the search issue."""
