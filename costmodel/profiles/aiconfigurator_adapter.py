@@ -2,8 +2,9 @@
 
 This is the only module in parplan that knows that package's file layout. It
 reads the parquet tables shipped under ``aiconfigurator_core/systems/data/``
-directly and never imports ``aiconfigurator_core`` itself (that would load a
-Rust extension and pull pandas and scipy for no gain).
+directly and never imports ``aiconfigurator_core``: its API (a Rust engine and
+a pandas/scipy SDK) answers inference-serving questions, and only its measured
+data is of use to parplan.
 
 Layout of 0.12.0, relative to the package directory::
 

@@ -178,7 +178,7 @@ def _spec_fields(config: Mapping[str, Any], model_type: str) -> dict[str, Any]:
 
 def _opt_checks(config: Mapping[str, Any], out: dict[str, Any]) -> None:
     """OPT's position-table offset and the variants ``ModelSpec`` cannot express."""
-    if isinstance(out["max_position_embeddings"], int):
+    if type(out["max_position_embeddings"]) is int:  # not bool
         out["max_position_embeddings"] += OPT_POSITION_OFFSET
     proj = config.get("word_embed_proj_dim")
     if proj is not None and proj != out["hidden_size"]:

@@ -1,0 +1,224 @@
+"""One training step -> the operators each GPU runs per micro-batch.
+
+Shapes are per GPU after sharding: tensor parallelism splits heads, the MLP
+inner size and the vocabulary; sequence parallelism splits the tokens of norms,
+dropout and residuals; context parallelism splits the sequence (attention still
+sees every key: causal ring attention, load-balanced); expert parallelism places
+``num_experts / ep`` experts on each GPU, which receives ``top_k`` x its tokens on
+average. Backward GEMMs are listed as their own data-gradient and
+weight-gradient GEMMs. Attention backward FLOPs are counted as 2x forward (the
+algorithmic count); the extra QK^T that flash-attention recomputes inside its
+backward is part of that kernel's measured time, not of the FLOP count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.ops import Op, gemm, memory_op
+from costmodel.specs.model import ModelSpec
+from costmodel.specs.runspec import RunSpec
+from costmodel.specs.strategy import Strategy
+
+BF16 = 2  # bytes per 16-bit element
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """Per-GPU sizes of one transformer layer for one micro-batch."""
+
+    tokens: int  # tokens entering the GEMMs (b * s / cp)
+    norm_tokens: int  # tokens seen by norms / dropout / residual (divided by tp with SP)
+    seq: int  # full sequence (attention keys)
+    batch: int
+    heads: int  # query heads on this GPU
+    kv_heads: int  # KV heads on this GPU (replicated when tp > KV heads)
+    head_dim: int
+    hidden: int
+    cp: int
+    tp: int
+    dtype: str
+
+    @property
+    def q_width(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.kv_heads * self.head_dim
+
+
+def layer_shape(model: ModelSpec, strategy: Strategy, seq_length: int) -> LayerShape:
+    t = strategy.tp
+    tokens = strategy.micro_batch_size * seq_length // strategy.cp
+    sp = strategy.sequence_parallel and t > 1
+    kv = model.num_query_groups
+    return LayerShape(
+        tokens=tokens, norm_tokens=tokens // t if sp else tokens, seq=seq_length,
+        batch=strategy.micro_batch_size, heads=max(1, model.num_attention_heads // t),
+        kv_heads=max(1, kv // t),  # type: ignore[operator]
+        head_dim=model.head_dim, hidden=model.hidden_size, cp=strategy.cp, tp=t,  # type: ignore[arg-type]
+        dtype="fp8" if strategy.precision == "fp8" else "bf16",
+    )
+
+
+def _linear(name: str, x: LayerShape, n: int, k: int, m: int | None = None, count: float = 1.0) -> list[Op]:
+    """Forward, data-gradient and weight-gradient GEMMs of a linear layer y[m, n] = x[m, k] W[k, n]."""
+    m = x.tokens if m is None else m
+    bpe = 1.0 if x.dtype == "fp8" else 2.0
+    return [gemm(f"{name}.fwd", "fwd", m, n, k, x.dtype, count, bpe),
+            gemm(f"{name}.dgrad", "bwd", m, k, n, x.dtype, count, bpe),
+            gemm(f"{name}.wgrad", "bwd", n, k, m, x.dtype, count, bpe)]
+
+
+def _elementwise(name: str, elements: float, reads: float, writes: float, bwd_reads: float,
+                 bwd_writes: float, bytes_per: float = BF16) -> list[Op]:
+    """Forward and backward of a memory-bound op over ``elements``, in tensor-sized reads/writes."""
+    return [memory_op(f"{name}.fwd", "fwd", elements, elements * bytes_per * (reads + writes)),
+            memory_op(f"{name}.bwd", "bwd", elements, elements * bytes_per * (bwd_reads + bwd_writes))]
+
+
+def _norm(name: str, x: LayerShape) -> list[Op]:
+    # forward reads x, writes y; backward reads x and dy, writes dx (statistics recomputed or tiny)
+    return _elementwise(name, x.norm_tokens * x.hidden, 1, 1, 2, 1)
+
+
+def _dropout_residual(name: str, x: LayerShape, model: ModelSpec) -> list[Op]:
+    n = x.norm_tokens * x.hidden
+    ops = _elementwise(f"{name}_residual", n, 2, 1, 1, 1)
+    if model.dropout:  # mask is one byte per element
+        ops += [memory_op(f"{name}_dropout.fwd", "fwd", n, n * (2 * BF16 + 1)),
+                memory_op(f"{name}_dropout.bwd", "bwd", n, n * (2 * BF16 + 1))]
+    return ops
+
+
+def _attention_core(x: LayerShape, strategy: Strategy) -> list[Op]:
+    """Causal self-attention on this GPU's heads; with cp the GPU does 1/cp of the causal work."""
+    if strategy.flash_attention:
+        fwd = 4.0 * x.batch * x.seq * x.seq * x.heads * x.head_dim * 0.5
+        shape = (x.batch, x.seq, x.heads, x.kv_heads, x.head_dim, 1)
+        moved = BF16 * x.batch * x.seq * (2 * x.q_width + 2 * x.kv_width)
+        return [Op("attention.fwd", "attention_fwd", "fwd", shape, fwd, moved, "bf16", 1.0 / x.cp),
+                Op("attention.bwd", "attention_bwd", "bwd", shape, 2 * fwd, 2 * moved, "bf16", 1.0 / x.cp)]
+    # Unfused (Megatron's baddbmm + masked softmax + bmm): the full score matrix is computed.
+    sq = x.seq // x.cp
+    count = float(x.batch * x.heads)
+    scores = sq * x.seq
+    ops = _linear("attention.scores", x, n=x.seq, k=x.head_dim, m=sq, count=count)
+    ops += _elementwise("attention.softmax", scores * count, 1, 1, 2, 1)
+    ops += _linear("attention.values", x, n=x.head_dim, k=x.seq, m=sq, count=count)
+    return ops
+
+
+def _mlp(name: str, x: LayerShape, model: ModelSpec, ffn: int, tokens: int | None = None,
+         count: float = 1.0) -> list[Op]:
+    inner = ffn // x.tp
+    gated = model.activation == "swiglu"
+    m = x.tokens if tokens is None else tokens
+    ops = _linear(f"{name}.up", x, n=(2 if gated else 1) * inner, k=x.hidden, m=m, count=count)
+    elements = m * inner * count
+    if gated:  # reads gate and up, writes their product; backward reads both and dy, writes two grads
+        ops += _elementwise(f"{name}.swiglu", elements, 2, 1, 3, 2)
+    else:
+        ops += _elementwise(f"{name}.{model.activation}", elements, 1, 1, 2, 1)
+    ops += _linear(f"{name}.down", x, n=x.hidden, k=inner, m=m, count=count)
+    return ops
+
+
+def _moe(x: LayerShape, model: ModelSpec, strategy: Strategy) -> list[Op]:
+    experts_here = model.num_experts // strategy.ep
+    routed = x.tokens * model.moe_router_topk  # tokens this GPU's experts process, balanced routing
+    ops = _linear("moe.router", x, n=model.num_experts, k=x.hidden)
+    ops += _elementwise("moe.permute", routed * x.hidden, 1, 1, 1, 1)
+    per_expert = max(1, routed // experts_here)
+    ops += _mlp("moe.experts", x, model, model.moe_ffn_hidden_size, tokens=per_expert,  # type: ignore[arg-type]
+                count=float(experts_here))
+    ops += _elementwise("moe.unpermute", routed * x.hidden, 1, 1, 1, 1)
+    if model.num_shared_experts:
+        ops += _mlp("moe.shared", x, model, model.moe_ffn_hidden_size * model.num_shared_experts)  # type: ignore[operator]
+    return ops
+
+
+def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool = False) -> list[Op]:
+    """Operators of one transformer layer for one micro-batch on one GPU (fwd, bwd, recompute)."""
+    x = layer_shape(model, strategy, seq_length)
+    ops = _norm("input_norm", x)
+    ops += _linear("qkv_proj", x, n=x.q_width + 2 * x.kv_width, k=x.hidden)
+    if model.position_embedding == "rope":
+        ops += _elementwise("rope", x.tokens * (x.q_width + x.kv_width), 1, 1, 1, 1)
+    core = _attention_core(x, strategy)
+    ops += core
+    ops += _linear("out_proj", x, n=x.hidden, k=x.q_width)
+    ops += _dropout_residual("attn", x, model)
+    ops += _norm("post_attn_norm", x)
+    ops += _moe(x, model, strategy) if moe else _mlp("mlp", x, model, model.ffn_hidden_size)  # type: ignore[arg-type]
+    ops += _dropout_residual("mlp", x, model)
+    if strategy.recompute == "full":
+        ops += [_as_recompute(op) for op in ops if op.phase == "fwd"]
+    elif strategy.recompute == "selective":
+        ops += [_as_recompute(op) for op in core if op.phase == "fwd"]
+    return ops
+
+
+def _as_recompute(op: Op) -> Op:
+    return Op(op.name.replace(".fwd", ".recompute"), op.family, "recompute", op.shape, op.flops, op.bytes,
+              op.dtype, op.count)
+
+
+def embedding_ops(model: ModelSpec, strategy: Strategy, seq_length: int) -> list[Op]:
+    """First-stage extras: token (and position) embedding lookup and its gradient."""
+    x = layer_shape(model, strategy, seq_length)
+    n = x.tokens * x.hidden
+    tables = 2 if model.position_embedding == "learned" else 1
+    return _elementwise("embedding", n * tables, 1, 1, 1, 2)
+
+
+def head_ops(model: ModelSpec, strategy: Strategy, seq_length: int) -> list[Op]:
+    """Last-stage extras: final norm, LM head and vocab-parallel softmax cross-entropy."""
+    x = layer_shape(model, strategy, seq_length)
+    vocab = model.vocab_size // x.tp
+    ops = _norm("final_norm", x)
+    ops += _linear("lm_head", x, n=vocab, k=x.hidden)
+    logits = x.tokens * vocab
+    # forward reads 16-bit logits and writes an fp32 copy plus exp; backward reads fp32, writes 16-bit grads
+    ops += [memory_op("cross_entropy.fwd", "fwd", logits, logits * (BF16 + 4 + 4)),
+            memory_op("cross_entropy.bwd", "bwd", logits, logits * (4 + BF16))]
+    return ops
+
+
+# Adam step with fp32 master weights, moments and main grads, writing 16-bit params back:
+# reads grad 4 + master 4 + m 4 + v 4, writes master 4 + m 4 + v 4 + param 2 = 30 bytes/param
+# (derived in shared/research/hardware_and_formulas.md section 4e from Megatron-LM's distributed optimizer).
+ADAM_BYTES_PER_PARAM = 30
+
+
+def optimizer_op(params_on_gpu: float) -> Op:
+    """The optimizer step over the parameters this GPU updates (its ZeRO shard)."""
+    return Op("adam.step", "optimizer", "step", (int(params_on_gpu),), 12.0 * params_on_gpu,
+              ADAM_BYTES_PER_PARAM * params_on_gpu, "fp32", 1.0)
+
+
+def stage_layer_split(model: ModelSpec, strategy: Strategy) -> tuple[float, float]:
+    """(dense, MoE) transformer layers on one pipeline rank (all its virtual chunks)."""
+    per_stage = model.num_layers / strategy.pp
+    share = model.num_moe_layers / model.num_layers
+    return per_stage * (1 - share), per_stage * share
+
+
+def stage_ops(run: RunSpec, stage: int) -> list[Op]:
+    """Every operator one GPU of pipeline ``stage`` runs per micro-batch (counts include its layers)."""
+    model, s, seq = run.model, run.strategy, run.seq_length
+    dense, moe = stage_layer_split(model, s)
+    ops: list[Op] = []
+    for layers, is_moe in ((dense, False), (moe, True)):
+        if layers:
+            ops += [_scaled(op, layers) for op in layer_ops(model, s, seq, moe=is_moe)]
+    if stage == 0:
+        ops += embedding_ops(model, s, seq)
+    if stage == s.pp - 1:
+        ops += head_ops(model, s, seq)
+    return ops
+
+
+def _scaled(op: Op, factor: float) -> Op:
+    return Op(op.name, op.family, op.phase, op.shape, op.flops, op.bytes, op.dtype, op.count * factor)

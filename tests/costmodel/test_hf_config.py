@@ -1,0 +1,287 @@
+"""Reading Hugging Face config.json files into ModelSpec."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from costmodel.specs.catalog import get_model
+from costmodel.specs.errors import SpecError
+from costmodel.specs.hf_config import model_from_hf_config
+
+# Hugging Face config.json contents (as published on the Hub, trimmed of nothing relevant).
+LLAMA31_8B: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+    "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 131072,
+    "mlp_bias": False, "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.0.dev0", "use_cache": True, "vocab_size": 128256,
+}
+MIXTRAL_8X7B: dict[str, Any] = {
+    "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+    "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
+    "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": False,
+    "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
+    "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.36.0.dev0", "use_cache": True, "vocab_size": 32000,
+}
+QWEN25_7B: dict[str, Any] = {
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 3584, "initializer_range": 0.02,
+    "intermediate_size": 18944, "max_position_embeddings": 131072, "max_window_layers": 28,
+    "model_type": "qwen2", "num_attention_heads": 28, "num_hidden_layers": 28,
+    "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "sliding_window": 131072, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.1", "use_cache": True, "use_mrope": False,
+    "use_sliding_window": False, "vocab_size": 152064,
+}
+GPT2: dict[str, Any] = {
+    "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+    "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12,
+    "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "summary_activation": None,
+    "summary_first_dropout": 0.1, "summary_proj_to_labels": True, "summary_type": "cls_index",
+    "summary_use_proj": True,
+    "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+    "vocab_size": 50257,
+}
+OPT_1_3B: dict[str, Any] = {
+    "_name_or_path": "facebook/opt-1.3b", "activation_dropout": 0.0, "activation_function": "relu",
+    "architectures": ["OPTForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 2,
+    "do_layer_norm_before": True, "dropout": 0.1, "eos_token_id": 2, "ffn_dim": 8192,
+    "hidden_size": 2048, "init_std": 0.02, "layerdrop": 0.0, "max_position_embeddings": 2048,
+    "model_type": "opt", "num_attention_heads": 32, "num_hidden_layers": 24, "pad_token_id": 1,
+    "prefix": "</s>", "torch_dtype": "float16", "transformers_version": "4.21.0.dev0",
+    "use_cache": True, "vocab_size": 50272, "word_embed_proj_dim": 2048,
+}
+OPT_125M: dict[str, Any] = {**OPT_1_3B, "_name_or_path": "facebook/opt-125m", "ffn_dim": 3072,
+                            "hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 12,
+                            "word_embed_proj_dim": 768}
+OPT_350M: dict[str, Any] = {**OPT_1_3B, "_name_or_path": "facebook/opt-350m", "ffn_dim": 4096,
+                            "hidden_size": 1024, "num_attention_heads": 16, "num_hidden_layers": 24,
+                            "do_layer_norm_before": False, "word_embed_proj_dim": 512}
+BLOOM_560M: dict[str, Any] = {
+    "apply_residual_connection_post_layernorm": False, "architectures": ["BloomForCausalLM"],
+    "attention_dropout": 0.0, "attention_softmax_in_fp32": True, "bias_dropout_fusion": True,
+    "bos_token_id": 1, "eos_token_id": 2, "hidden_dropout": 0.0, "hidden_size": 1024,
+    "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "masked_softmax_fusion": True,
+    "model_type": "bloom", "n_head": 16, "n_inner": None, "n_layer": 24, "offset_alibi": 100,
+    "pad_token_id": 3, "pretraining_tp": 1, "skip_bias_add": True, "skip_bias_add_qkv": False,
+    "slow_but_exact": False, "transformers_version": "4.27.0.dev0", "unk_token_id": 0,
+    "use_cache": True, "vocab_size": 250880,
+}
+BLOOM_176B: dict[str, Any] = {  # the older key spelling: n_embed, num_attention_heads
+    "apply_residual_connection_post_layernorm": False, "attention_dropout": 0.0,
+    "attention_softmax_in_fp32": True, "bias_dropout_fusion": True, "bos_token_id": 1,
+    "eos_token_id": 2, "hidden_dropout": 0.0, "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05, "masked_softmax_fusion": True, "model_type": "bloom",
+    "n_embed": 14336, "n_layer": 70, "num_attention_heads": 112, "pretraining_tp": 4,
+    "slow_but_exact": False, "transformers_version": "4.21.0", "use_cache": True,
+    "vocab_size": 250880,
+}
+PYTHIA_160M: dict[str, Any] = {
+    "architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0,
+    "hidden_act": "gelu", "hidden_size": 768, "initializer_range": 0.02, "intermediate_size": 3072,
+    "layer_norm_eps": 1e-05, "max_position_embeddings": 2048, "model_type": "gpt_neox",
+    "num_attention_heads": 12, "num_hidden_layers": 12, "rotary_emb_base": 10000,
+    "rotary_pct": 0.25, "tie_word_embeddings": False, "torch_dtype": "float16",
+    "transformers_version": "4.24.0", "use_cache": True, "use_parallel_residual": True,
+    "vocab_size": 50304,
+}
+GPT_NEOX_20B: dict[str, Any] = {
+    "architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0,
+    "hidden_act": "gelu_fast", "hidden_size": 6144, "initializer_range": 0.02,
+    "intermediate_size": 24576, "layer_norm_eps": 1e-05, "max_position_embeddings": 2048,
+    "model_type": "gpt_neox", "num_attention_heads": 64, "num_hidden_layers": 44,
+    "rotary_emb_base": 10000, "rotary_pct": 0.25, "tie_word_embeddings": False,
+    "torch_dtype": "float16", "transformers_version": "4.24.0", "use_cache": True,
+    "use_parallel_residual": True, "vocab_size": 50432,
+}
+
+# name -> (config, published total, exact?)
+PUBLISHED: dict[str, tuple[dict[str, Any], int, bool]] = {
+    "llama3.1-8b": (LLAMA31_8B, 8_030_261_248, True),
+    "mixtral-8x7b": (MIXTRAL_8X7B, 46_702_792_704, True),
+    "qwen2.5-7b": (QWEN25_7B, 7_615_616_512, True),  # model card "7.61B"
+    "gpt2": (GPT2, 124_439_808, True),
+    "opt-125m": (OPT_125M, 125_239_296, True),
+    "opt-1.3b": (OPT_1_3B, 1_315_758_080, True),
+    "bloom-560m": (BLOOM_560M, 559_214_592, False),  # + embedding LayerNorm (2h) not modelled
+    "bloom-176b": (BLOOM_176B, 176_247_271_424, False),
+    "pythia-160m": (PYTHIA_160M, 162_322_944, True),  # Biderman et al. 2023 Table 1
+    "gpt-neox-20b": (GPT_NEOX_20B, 20_554_567_680, True),
+}
+
+
+def write_config(folder: Path, config: Any) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.json"
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_params_match_published(tmp_path: Path, name: str) -> None:
+    config, published, exact = PUBLISHED[name]
+    model = model_from_hf_config(write_config(tmp_path / name, config))
+    assert abs(model.num_params - published) / published < 0.01
+    if exact:
+        assert model.num_params == published
+
+
+def test_bloom_embedding_layernorm_is_the_only_gap(tmp_path: Path) -> None:
+    model = model_from_hf_config(write_config(tmp_path / "bloom-560m", BLOOM_560M))
+    assert 559_214_592 - model.num_params == 2 * model.hidden_size
+
+
+def test_mixtral_active_params(tmp_path: Path) -> None:
+    model = model_from_hf_config(write_config(tmp_path / "m", MIXTRAL_8X7B))
+    assert (model.num_experts, model.moe_router_topk) == (8, 2)
+    assert abs(model.num_active_params - 12.9e9) / 12.9e9 < 0.01
+
+
+@pytest.mark.parametrize("name, config, seq_length", [
+    ("llama3.1-8b", LLAMA31_8B, 8192),
+    ("mixtral-8x7b", MIXTRAL_8X7B, None),
+    ("qwen2.5-7b", QWEN25_7B, 4096),
+    ("gpt-neox-20b", GPT_NEOX_20B, None),
+    ("bloom-176b", BLOOM_176B, None),
+])
+def test_matches_catalog(tmp_path: Path, name: str, config: dict[str, Any],
+                         seq_length: int | None) -> None:
+    model = model_from_hf_config(write_config(tmp_path / name, config), seq_length=seq_length)
+    catalog = get_model(name)
+    assert model.num_params == catalog.num_params
+    assert replace(model, name=name) == catalog  # every architecture field
+
+
+def test_llama_fields(tmp_path: Path) -> None:
+    model = model_from_hf_config(write_config(tmp_path / "Llama-3.1-8B", LLAMA31_8B), seq_length=8192)
+    assert model.name == "Llama-3.1-8B"  # no _name_or_path: the folder name
+    assert (model.num_layers, model.hidden_size, model.num_attention_heads) == (32, 4096, 32)
+    assert (model.num_query_groups, model.kv_size, model.ffn_hidden_size) == (8, 1024, 14336)
+    assert (model.seq_length, model.max_position_embeddings) == (8192, 131072)
+    assert (model.activation, model.normalization, model.position_embedding) == ("swiglu", "rmsnorm", "rope")
+    assert not (model.tie_embeddings or model.add_bias_linear or model.add_qkv_bias)
+
+
+def test_default_seq_length_is_config_context(tmp_path: Path) -> None:
+    assert model_from_hf_config(write_config(tmp_path / "l", LLAMA31_8B)).seq_length == 131072
+    assert model_from_hf_config(write_config(tmp_path / "g", GPT2)).seq_length == 1024
+    assert model_from_hf_config(write_config(tmp_path / "b", BLOOM_560M)).seq_length == 2048
+
+
+def test_gpt2_fields(tmp_path: Path) -> None:
+    model = model_from_hf_config(write_config(tmp_path / "gpt2", GPT2))
+    assert model.ffn_hidden_size == 4 * 768  # n_inner absent -> 4h
+    assert model.max_position_embeddings == 1024
+    assert model.tie_embeddings and model.add_bias_linear and model.position_embedding == "learned"
+
+
+def test_opt_fields(tmp_path: Path) -> None:
+    model = model_from_hf_config(write_config(tmp_path / "x", OPT_1_3B))
+    assert model.name == "facebook/opt-1.3b"
+    assert model.max_position_embeddings == 2050  # offset of 2
+    assert model.seq_length == 2048
+    assert model.tie_embeddings and model.activation == "gelu"  # ReLU: same count
+
+
+def test_opt_350m_rejected(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="word_embed_proj_dim"):
+        model_from_hf_config(write_config(tmp_path / "opt-350m", OPT_350M))
+
+
+def test_qwen2_qkv_bias(tmp_path: Path) -> None:
+    model = model_from_hf_config(write_config(tmp_path / "q", QWEN25_7B))
+    assert model.add_qkv_bias and not model.add_bias_linear and not model.tie_embeddings
+
+
+def test_folder_path_and_architectures_fallback(tmp_path: Path) -> None:
+    config = {k: v for k, v in LLAMA31_8B.items() if k != "model_type"}
+    folder = tmp_path / "my-llama"
+    write_config(folder, config)
+    model = model_from_hf_config(folder)
+    assert model.name == "my-llama"
+    assert model.num_params == 8_030_261_248
+
+
+def test_mistral_is_llama_shaped(tmp_path: Path) -> None:
+    config = {**MIXTRAL_8X7B, "model_type": "mistral", "architectures": ["MistralForCausalLM"],
+              "sliding_window": 4096, "rope_theta": 10000.0}
+    for key in ("num_local_experts", "num_experts_per_tok"):
+        del config[key]
+    model = model_from_hf_config(write_config(tmp_path / "m", config), seq_length=8192)
+    assert model.num_params == 7_241_732_096
+    assert replace(model, name="mistral-7b", max_position_embeddings=32768) == get_model("mistral-7b")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        model_from_hf_config(tmp_path / "nope" / "config.json")
+    assert info.value.field == "model.hf_config"
+    assert "a readable config.json file" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_folder_without_config(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="readable config.json"):
+        model_from_hf_config(tmp_path)
+
+
+def test_bad_json(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama",\n  "hidden_size": }', encoding="utf-8")
+    with pytest.raises(SpecError) as info:
+        model_from_hf_config(path)
+    assert info.value.field == "model.hf_config"
+    assert "valid JSON" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_json_not_an_object(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="JSON object"):
+        model_from_hf_config(write_config(tmp_path, [1, 2]))
+
+
+def test_unsupported_model_type(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        model_from_hf_config(write_config(tmp_path, {"model_type": "t5", "d_model": 512}))
+    assert info.value.field == "model.hf_config.model_type"
+    assert info.value.value == "t5"
+    assert info.value.allowed == "one of bloom, gpt2, gpt_neox, llama, mistral, mixtral, opt, qwen2"
+
+
+def test_missing_model_type(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="model_type"):
+        model_from_hf_config(write_config(tmp_path, {"hidden_size": 8}))
+
+
+def test_missing_required_key(tmp_path: Path) -> None:
+    config = {k: v for k, v in LLAMA31_8B.items() if k != "intermediate_size"}
+    with pytest.raises(SpecError) as info:
+        model_from_hf_config(write_config(tmp_path, config))
+    assert info.value.field == "model.hf_config.intermediate_size"
+    assert "llama" in info.value.allowed
+
+
+def test_missing_key_with_alternative(tmp_path: Path) -> None:
+    config = {k: v for k, v in BLOOM_176B.items() if k != "n_embed"}
+    with pytest.raises(SpecError, match="n_embed"):
+        model_from_hf_config(write_config(tmp_path, config))
+
+
+def test_invalid_value_is_spec_error(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="model.num_layers"):
+        model_from_hf_config(write_config(tmp_path, {**LLAMA31_8B, "num_hidden_layers": "32"}))
+    with pytest.raises(SpecError, match="model.max_position_embeddings"):
+        model_from_hf_config(write_config(tmp_path, {**OPT_1_3B, "max_position_embeddings": "x"}),
+                             seq_length=2048)
