@@ -126,8 +126,8 @@ def _stage_layer_counts(model: ModelSpec, strategy: Strategy) -> tuple[float, fl
     return per_stage * (1 - moe_share), per_stage * moe_share
 
 
-def model_state_bytes(run: RunSpec, stage: int) -> tuple[float, float, float, float]:
-    """(weights, grads, optimizer, layer-states) bytes on one GPU of ``stage``."""
+def params_on_gpu(run: RunSpec, stage: int) -> tuple[float, float]:
+    """(dense, expert) parameters one GPU of ``stage`` holds before any ZeRO sharding."""
     model, s = run.model, run.strategy
     dense_layers, moe_layers = _stage_layer_counts(model, s)
     dense = dense_layers * dense_layer_params_per_gpu(model, s.tp) + embedding_params_per_gpu(model, s, stage)
@@ -136,6 +136,13 @@ def model_state_bytes(run: RunSpec, stage: int) -> tuple[float, float, float, fl
         non_expert, expert_per_layer = moe_layer_params_per_gpu(model, s)
         dense += moe_layers * non_expert
         expert = moe_layers * expert_per_layer
+    return dense, expert
+
+
+def model_state_bytes(run: RunSpec, stage: int) -> tuple[float, float, float, float]:
+    """(weights, grads, optimizer, layer-states) bytes on one GPU of ``stage``."""
+    model, s = run.model, run.strategy
+    dense, expert = params_on_gpu(run, stage)
     shards_dense = s.dp * s.cp
     shards_expert = s.expert_data_parallel_size
     weight_bytes = BYTES_WEIGHT_16BIT + (BYTES_FP8_WEIGHT_COPY if s.precision == "fp8" else 0)

@@ -179,10 +179,9 @@ def head_ops(model: ModelSpec, strategy: Strategy, seq_length: int) -> list[Op]:
     vocab = model.vocab_size // x.tp
     ops = _norm("final_norm", x)
     ops += _linear("lm_head", x, n=vocab, k=x.hidden)
-    logits = x.tokens * vocab
-    # forward reads 16-bit logits and writes an fp32 copy plus exp; backward reads fp32, writes 16-bit grads
-    ops += [memory_op("cross_entropy.fwd", "fwd", logits, logits * (BF16 + 4 + 4)),
-            memory_op("cross_entropy.bwd", "bwd", logits, logits * (4 + BF16))]
+    # Ideal single-pass traffic (read logits, write softmax; backward read softmax, write grad),
+    # the convention of the measured fit in costmodel/analytic.py that prices the real multi-pass kernel.
+    ops += _elementwise("cross_entropy", x.tokens * vocab, 1, 1, 1, 1)
     return ops
 
 

@@ -5,30 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from constraints import check
+from costmodel.predict import predict_run
 from costmodel.specs import RunSpec, gpu_catalog, load_run_spec, model_catalog
-from costmodel.specs.gpu import GiB
 
 
-def predict(run: RunSpec) -> dict[str, Any]:
-    """Prediction of one run in the shape of ``parplan predict --json`` (contract version 1).
-
-    Time fields are added only by the cost model; they are never invented here.
-    """
-    verdict = check(run)
-    return {
-        "fits": verdict.fits,
-        "peak_memory_gib": round(verdict.peak_memory_gib, 4),
-        "usable_memory_gib": round(verdict.usable_bytes / GiB, 4),
-        "peak_memory_stage": verdict.memory.stage,
-        "memory": {k: round(v, 4) for k, v in verdict.memory.as_gib().items()},
-        "violations": list(verdict.violations),
-    }
+def predict(run: RunSpec, profile_dir: str | Path | None = None) -> dict[str, Any]:
+    """Prediction of one run in the shape of ``parplan predict --json`` (contract version 1)."""
+    return predict_run(run, profile_dir)
 
 
-def predict_file(path: str | Path) -> dict[str, Any]:
+def predict_file(path: str | Path, profile_dir: str | Path | None = None) -> dict[str, Any]:
     """Load a run spec file and predict it."""
-    return predict(load_run_spec(path))
+    return predict(load_run_spec(path), profile_dir)
+
+
+def validate_file(path: str | Path, profile_dir: str | Path | None = None) -> dict[str, Any]:
+    """Predict a validation set (see ``studies.validate``)."""
+    from studies.validate import validate_file as _validate_file
+
+    return _validate_file(path, profile_dir)
 
 
 def list_models() -> list[dict[str, Any]]:

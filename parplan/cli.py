@@ -69,6 +69,11 @@ def _print_prediction(result: dict[str, Any]) -> None:
             print(f"{key}: {result[key]}")
     if "breakdown" in result:
         _print_table([[k, f"{v:.4f}"] for k, v in result["breakdown"].items()], ["breakdown", "s"])
+    if "stages" in result:
+        _print_table([[str(st["stage"]), f"{st['forward_s'] * 1e3:.2f}", f"{st['backward_s'] * 1e3:.2f}",
+                       f"{st['optimizer_s'] * 1e3:.2f}", f"{st['compute_s']:.4f}"] for st in result["stages"]],
+                     ["stage", "fwd ms/mb", "bwd ms/mb", "optimizer ms", "compute s/step"])
+        print(f"profile: {result.get('profile') or 'none (analytic models only)'}")
     for violation in result["violations"]:
         print(f"violation: {violation}")
     for warning in result.get("warnings", []):
@@ -76,11 +81,32 @@ def _print_prediction(result: dict[str, Any]) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    result = api.predict_file(args.run_spec)
+    result = api.predict_file(args.run_spec, args.profile)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         _print_prediction(result)
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    result = api.validate_file(args.validation_set, args.profile)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return EXIT_OK
+    rows = []
+    for r in result["runs"]:
+        err = "-" if r["error"] is None else f"{100 * r['error']:+.1f}%"
+        pred = "-" if r["predicted_step_time_s"] is None else f"{r['predicted_step_time_s']:.3f}"
+        rows.append([r["id"], f"{r['measured_step_time_s']:.3f}", pred, err, r.get("reason", "")[:60]])
+    _print_table(rows, ["run", "measured s", "predicted s", "error", "note"])
+    if result["mape"] is not None:
+        print(f"MAPE {100 * result['mape']:.1f}% over {result['n']} runs")
+    if "baseline" in result:
+        b = result["baseline"]
+        print(f"baseline (one constant MFU = {b['mfu']:.3f} fitted on this set): MAPE {100 * b['mape']:.1f}%")
+    if "interval_coverage" in result:
+        print(f"80% interval coverage: {100 * result['interval_coverage']:.0f}%")
     return EXIT_OK
 
 
@@ -100,7 +126,17 @@ def build_parser() -> argparse.ArgumentParser:
                                       "step time of one run spec (YAML or JSON, see shared/spec/run_spec.md).")
     pred.add_argument("run_spec", help="path to a run spec (.yaml, .yml or .json)")
     pred.add_argument("--json", action="store_true", help="print only the contract JSON")
+    pred.add_argument("--profile", metavar="DIR", default=None,
+                      help="a profile directory (from `parplan profile`) instead of the GPU's built-in profile")
     pred.set_defaults(func=cmd_predict)
+
+    val = sub.add_parser("validate", help="predict published runs and report the error",
+                         description="Predict every run of a validation set (YAML list of runs with measured "
+                                     "step times) and print per-run error, MAPE and a constant-MFU baseline.")
+    val.add_argument("validation_set", help="e.g. studies/validation/public.yaml")
+    val.add_argument("--json", action="store_true", help="print only JSON")
+    val.add_argument("--profile", metavar="DIR", default=None, help="use this profile directory for every run")
+    val.set_defaults(func=cmd_validate)
     return parser
 
 

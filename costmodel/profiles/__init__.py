@@ -1,0 +1,25 @@
+"""Profiles: sampled operator timings per device (built-in from aiconfigurator-core, or a user's)."""
+
+from costmodel.profiles.aiconfigurator_adapter import ProfileDataError
+from costmodel.profiles.profile import (
+    COLLECTIVE_OPS,
+    DEFAULT_FIT_SAMPLING,
+    FAMILY_COLUMNS,
+    Profile,
+    builtin_profile,
+    load_profile,
+    make_profile,
+    save_profile,
+)
+
+__all__ = [
+    "COLLECTIVE_OPS",
+    "DEFAULT_FIT_SAMPLING",
+    "FAMILY_COLUMNS",
+    "Profile",
+    "ProfileDataError",
+    "builtin_profile",
+    "load_profile",
+    "make_profile",
+    "save_profile",
+]

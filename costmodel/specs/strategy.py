@@ -20,6 +20,14 @@ class Strategy:
     ``ep`` is carved out of the ``dp * cp`` ranks, as Megatron-LM does.
     ``vpp`` > 1 selects the interleaved 1F1B schedule. ``zero_stage`` 1 is the
     Megatron distributed optimizer; 3 shards parameters too (FSDP).
+
+    Defaults follow current Megatron-Core / NeMo recipes: the distributed
+    optimizer (``zero_stage=1``) and sequence parallelism whenever ``tp > 1``.
+    Launch knobs beyond the contract's core keys (optional, with the defaults of
+    current Megatron-LM / NeMo recipes): ``flash_attention``, ``tp_comm_overlap``
+    (TP communication hidden behind GEMMs), ``overlap_grad_reduce`` (bucketed
+    gradient sync during the last backward), ``overlap_param_gather`` (ZeRO
+    parameter all-gather during the next forward) and ``allow_tp_across_nodes``.
     """
 
     tp: int = 1
@@ -30,21 +38,27 @@ class Strategy:
     vpp: int = 1
     micro_batch_size: int = 1
     global_batch_size: int = 1
-    sequence_parallel: bool = False
+    sequence_parallel: bool | None = None
     recompute: str = "none"
-    zero_stage: int = 0
+    zero_stage: int = 1
     precision: str = "bf16"
     flash_attention: bool = True
     allow_tp_across_nodes: bool = False
+    tp_comm_overlap: bool = False
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
 
     def __post_init__(self) -> None:
+        if self.sequence_parallel is None:  # Megatron-Core / NeMo recipes turn it on whenever tp > 1
+            object.__setattr__(self, "sequence_parallel", isinstance(self.tp, int) and self.tp > 1)
         for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size"):
             require_int(f"strategy.{name}", getattr(self, name))
         require_choice("strategy.recompute", self.recompute, RECOMPUTE)
         require_choice("strategy.precision", self.precision, PRECISIONS)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
             raise SpecError("strategy.zero_stage", self.zero_stage, "one of 0, 1, 2, 3")
-        for name in ("sequence_parallel", "flash_attention", "allow_tp_across_nodes"):
+        for name in ("sequence_parallel", "flash_attention", "allow_tp_across_nodes", "tp_comm_overlap",
+                     "overlap_grad_reduce", "overlap_param_gather"):
             require_bool(f"strategy.{name}", getattr(self, name))
 
     @property

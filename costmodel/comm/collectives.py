@@ -1,0 +1,130 @@
+"""Time of one NCCL collective on a placed process group.
+
+Inside one NVLink domain a measured-NCCL predictor (``intra``) is used where it covers the
+group size and message; elsewhere, and across domains, the alpha-beta formulas of
+:mod:`costmodel.comm.formulas` with the link figures of the GPU catalog and the efficiencies
+of ``calibration.yaml``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache
+from typing import overload
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from costmodel.comm.calibration import CommCalibration, default_calibration
+from costmodel.comm.formulas import (
+    OPS,
+    LinkFigures,
+    all_to_all_across_seconds,
+    ring_across_seconds,
+    send_recv_seconds,
+    single_domain_seconds,
+    tree_all_reduce_seconds,
+)
+from costmodel.comm.placement import GroupPlacement
+from costmodel.specs.errors import SpecError
+from costmodel.specs.gpu import GPUSpec
+
+__all__ = ["IntraPredictor", "collective_seconds", "link_figures"]
+
+IntraPredictor = Callable[[str, int, NDArray[np.float64]], tuple[NDArray[np.float64], NDArray[np.bool_]]]
+"""``(op, num_gpus, message_bytes) -> (seconds, in_range)``: measured NCCL inside one domain."""
+
+
+def link_figures(gpu: GPUSpec, calibration: CommCalibration | None = None) -> LinkFigures:
+    """Effective bandwidths of ``gpu``'s two tiers: catalog link rate times calibrated efficiency."""
+    return _link_figures(gpu, calibration or default_calibration())
+
+
+@lru_cache(maxsize=256)  # a search prices thousands of collectives on the same GPU
+def _link_figures(gpu: GPUSpec, cal: CommCalibration) -> LinkFigures:
+    up, out = gpu.intra_node_bandwidth_bytes_per_s, gpu.inter_node_bandwidth_bytes_per_s
+    return LinkFigures(
+        up_ring_bytes_per_s=up * cal.ring_efficiency_for(gpu.name),
+        up_all_to_all_bytes_per_s=up * cal.all_to_all_efficiency_for(gpu.name),
+        up_p2p_bytes_per_s=up * cal.p2p_efficiency,
+        out_ring_bytes_per_s=out * cal.net_bus_efficiency,
+        out_all_to_all_bytes_per_s=out * cal.net_all_to_all_efficiency,
+        out_p2p_bytes_per_s=min(out * cal.net_bus_efficiency, cal.net_p2p_peer_bandwidth_bytes_per_s),
+        up_latency_s=gpu.intra_node_latency_s,
+        out_latency_s=gpu.inter_node_latency_s,
+    )
+
+
+def _analytic_seconds(op: str, message_bytes: NDArray[np.float64], placement: GroupPlacement,
+                      links: LinkFigures) -> NDArray[np.float64]:
+    n, g, k = placement.size, placement.gpus_per_node, placement.num_domains
+    if op == "send_recv":
+        return send_recv_seconds(message_bytes, placement.crosses_nodes, links)
+    if not placement.crosses_nodes:
+        return single_domain_seconds(op, message_bytes, n, links)
+    # an uneven spread (NVL72 domains) is priced as k domains of its fewest-populated domain's g
+    k = max(k, -(-n // g))
+    if op == "all_to_all":
+        return all_to_all_across_seconds(message_bytes, g, k, links)
+    ring = ring_across_seconds(op, message_bytes, g, k, links)
+    if op == "all_reduce":
+        # NCCL's tuner runs the algorithm its model predicts faster [NCCL-TUNING]
+        return np.minimum(ring, tree_all_reduce_seconds(message_bytes, g, k, links))
+    return ring
+
+
+@overload
+def collective_seconds(op: str, message_bytes: float, placement: GroupPlacement, gpu: GPUSpec,
+                       intra: IntraPredictor | None = None, *,
+                       calibration: CommCalibration | None = None) -> float: ...
+
+
+@overload
+def collective_seconds(op: str, message_bytes: NDArray[np.float64], placement: GroupPlacement, gpu: GPUSpec,
+                       intra: IntraPredictor | None = None, *,
+                       calibration: CommCalibration | None = None) -> NDArray[np.float64]: ...
+
+
+def collective_seconds(op: str, message_bytes: ArrayLike, placement: GroupPlacement, gpu: GPUSpec,
+                       intra: IntraPredictor | None = None, *,
+                       calibration: CommCalibration | None = None) -> float | NDArray[np.float64]:
+    """Seconds one ``op`` takes on the group ``placement`` describes.
+
+    Parameters
+    ----------
+    op : str
+        ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all`` or ``send_recv``.
+    message_bytes : float or array_like
+        nccl-tests size: the all_reduce buffer; the whole gathered buffer of all_gather and
+        reduce_scatter; the per-rank send buffer of all_to_all; the bytes one send moves.
+    placement : GroupPlacement
+        The group (``send_recv``: a pair of its ranks, across domains when it crosses nodes).
+    gpu : GPUSpec
+        Link rates and per-hop latencies of both tiers.
+    intra : callable, optional
+        Measured NCCL inside one domain, ``(op, num_gpus, message_bytes) -> (seconds, in_range)``;
+        used where ``in_range``, the analytic model elsewhere.
+    calibration : CommCalibration, optional
+        Efficiencies; the shipped ``calibration.yaml`` by default.
+
+    Returns
+    -------
+    float or ndarray
+        Seconds, shaped like ``message_bytes``; 0 for a one-rank group.
+    """
+    if op not in OPS:
+        raise SpecError("op", op, "one of " + ", ".join(OPS))
+    sizes = np.asarray(message_bytes, dtype=np.float64)
+    if np.any(sizes < 0) or not np.all(np.isfinite(sizes)):
+        raise SpecError("message_bytes", message_bytes, "finite and >= 0")
+    if placement.size == 1:
+        seconds = np.zeros_like(sizes)
+    else:
+        flat = np.atleast_1d(sizes)
+        seconds = _analytic_seconds(op, flat, placement, link_figures(gpu, calibration))
+        if intra is not None and not placement.crosses_nodes:
+            ranks = 2 if op == "send_recv" else placement.size
+            measured, in_range = intra(op, ranks, flat)
+            seconds = np.where(np.asarray(in_range, dtype=bool), np.asarray(measured, dtype=np.float64), seconds)
+        seconds = np.where(flat > 0, seconds, 0.0).reshape(sizes.shape)
+    return float(seconds) if seconds.ndim == 0 else seconds

@@ -1,0 +1,66 @@
+"""Compute time per pipeline stage: the decomposed operators timed and summed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from constraints.memory import model_state_bytes
+from costmodel.decompose import optimizer_op, stage_ops
+from costmodel.specs.runspec import RunSpec
+from costmodel.timing import OperatorTimer
+
+BYTES_PER_OPTIMIZED_PARAM = 12  # fp32 master + two moments: the optimizer term of the memory model
+
+
+@dataclass(frozen=True)
+class StageCompute:
+    """Seconds one GPU of pipeline stage ``stage`` computes.
+
+    ``forward_s`` / ``backward_s`` are per micro-batch over all of the stage's
+    layers (backward includes recomputation, ``recompute_s`` of it);
+    ``optimizer_s`` is once per step.
+    """
+
+    stage: int
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    optimizer_s: float
+    attention_s: float  # forward attention kernels per micro-batch (what CP's ring exchange overlaps)
+    notes: tuple[str, ...]
+
+    def per_step_s(self, num_microbatches: int) -> float:
+        """Forward and backward of every micro-batch plus the optimizer step."""
+        return num_microbatches * (self.forward_s + self.backward_s) + self.optimizer_s
+
+    def to_dict(self, num_microbatches: int) -> dict[str, float | int]:
+        return {"stage": self.stage, "forward_s": self.forward_s, "backward_s": self.backward_s,
+                "recompute_s": self.recompute_s, "optimizer_s": self.optimizer_s,
+                "compute_s": self.per_step_s(num_microbatches)}
+
+
+def optimizer_params_on_gpu(run: RunSpec, stage: int) -> float:
+    """Parameters whose Adam update this GPU runs (its ZeRO shard when zero_stage >= 1)."""
+    return model_state_bytes(run, stage)[2] / BYTES_PER_OPTIMIZED_PARAM
+
+
+def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer) -> StageCompute:
+    """Time the operators of one pipeline stage."""
+    timed = timer.time_ops(stage_ops(run, stage))
+    opt = timer.time_ops([optimizer_op(optimizer_params_on_gpu(run, stage))])
+    return StageCompute(stage=stage, forward_s=timed.total(("fwd",)), backward_s=timed.total(("bwd", "recompute")),
+                        recompute_s=timed.total(("recompute",)), optimizer_s=opt.total(),
+                        attention_s=timed.total_family("attention_fwd", ("fwd",)),
+                        notes=tuple(sorted(set(timed.notes) | set(opt.notes))))
+
+
+def distinct_stages(pp: int) -> list[int]:
+    """Stages whose work differs: the first, one middle stage, the last."""
+    return sorted({0, min(1, pp - 1), pp - 1})
+
+
+def pipeline_compute(run: RunSpec, timer: OperatorTimer) -> dict[int, StageCompute]:
+    """Compute time of every pipeline stage (middle stages share one result)."""
+    computed = {st: stage_compute(run, st, timer) for st in distinct_stages(run.strategy.pp)}
+    middle = computed[min(1, run.strategy.pp - 1)]
+    return {st: computed.get(st, middle) for st in range(run.strategy.pp)}

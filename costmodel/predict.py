@@ -1,0 +1,69 @@
+"""Which operator timer a run uses: its GPU's built-in profile, a user profile, or the roofline alone."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from constraints import Verdict, check
+from costmodel.calibration import step_time_interval
+from costmodel.specs.gpu import GiB, GPUSpec
+from costmodel.specs.runspec import RunSpec
+from costmodel.step import predict_step, throughput
+from costmodel.timing import OperatorTimer
+
+
+@lru_cache(maxsize=32)
+def _timer(gpu: GPUSpec, profile_dir: str | None) -> OperatorTimer:
+    from costmodel.predictors import fitted_profile
+    from costmodel.profiles.profile import builtin_profile, load_profile
+
+    profile = load_profile(profile_dir) if profile_dir is not None else builtin_profile(gpu.name)
+    if profile is None:
+        return OperatorTimer(gpu, None)
+    return OperatorTimer(gpu, fitted_profile(profile, gpu))
+
+
+def timer_for(gpu: GPUSpec, profile_dir: str | Path | None = None) -> OperatorTimer:
+    """A memoised timer for ``gpu``: the user profile in ``profile_dir`` if given, else the built-in one.
+
+    With neither, every operator falls back to the analytic models and says so.
+    """
+    return _timer(gpu, None if profile_dir is None else str(Path(profile_dir).resolve()))
+
+
+def predict_run(run: RunSpec, profile_dir: str | Path | None = None) -> dict[str, Any]:
+    """Prediction of one run in the shape of ``parplan predict --json`` (contract version 1)."""
+    verdict = check(run)
+    timer = timer_for(run.cluster.gpu, profile_dir)
+    out: dict[str, Any] = {"fits": verdict.fits}
+    if run.strategy.world_size != run.cluster.num_gpus:
+        # No rank layout exists, so no communication or schedule can be timed: report memory only.
+        out.update(_memory_fields(verdict, timer))
+        out["warnings"] = ["step time not predicted: the parallel degrees do not lay out the cluster's GPUs"]
+        return out
+    step = predict_step(run, timer)
+    out["step_time_s"] = step.step_time_s
+    out.update(throughput(run, step.step_time_s))
+    out.update(_memory_fields(verdict, timer))
+    out.update({
+        "breakdown": step.breakdown,
+        "schedule": step.schedule,
+        "warnings": list(step.notes),
+    })
+    interval = step_time_interval(step.step_time_s)
+    if interval is not None:
+        out["step_time_s_interval"] = interval
+    return out
+
+
+def _memory_fields(verdict: Verdict, timer: OperatorTimer) -> dict[str, Any]:
+    return {
+        "peak_memory_gib": verdict.peak_memory_gib,
+        "usable_memory_gib": verdict.usable_bytes / GiB,
+        "peak_memory_stage": verdict.memory.stage,
+        "memory": verdict.memory.as_gib(),
+        "profile": timer.profile_name,
+        "violations": list(verdict.violations),
+    }

@@ -1,0 +1,287 @@
+"""All fitted predictors of one profile for one GPU, with range checks and a disk cache."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+import sklearn
+from numpy.typing import ArrayLike
+
+from costmodel.predictors import _cache
+from costmodel.predictors._attention import AttentionPredictor
+from costmodel.predictors._base import OperatorPredictor
+from costmodel.predictors._collective import CollectivePredictor
+from costmodel.predictors._gemm import GemmPredictor
+from costmodel.predictors._physics import check_op
+from costmodel.predictors._sampling import grid_outliers, light_sample
+from costmodel.profiles.profile import COLLECTIVE_OPS, Profile
+from costmodel.specs.gpu import GPUSpec
+
+__all__ = ["CODE_VERSION", "RANGE_MARGIN", "FittedProfile", "fit_profile", "fitted_profile", "forget_fitted"]
+
+# Bump when features, regressors or the sampling code change: it is part of the cache key.
+CODE_VERSION: Final = "1"
+# A query is in range when every shape column lies within [min / margin, max * margin] of the
+# table: a quarter beyond the sampled edge is interpolation between grid points in log space
+# (the GEMM grid steps by up to 3x), much further is extrapolation.
+RANGE_MARGIN: Final = 1.25
+_GEMM_DTYPES: Final = {"bf16": ("gemm_bf16", 2.0), "fp16": ("gemm_fp16", 2.0), "fp8": ("gemm_fp8", 1.0)}
+_ATTENTION_COLUMNS: Final = ("batch", "seq_len", "num_heads", "num_kv_heads", "head_dim")
+_COLLECTIVE_COLUMNS: Final = ("num_gpus", "message_bytes")
+_SEED: Final = 0
+_PAYLOAD_KEYS: Final = frozenset({"key", "predictors", "train_rows", "dropped_rows", "fit_seconds"})
+_MEMO: dict[str, FittedProfile] = {}
+
+
+@dataclass(frozen=True)
+class _Family:
+    """Where a predictor family's rows live in the profile, and how to build its estimator."""
+
+    table: str
+    columns: tuple[str, ...]
+    where: tuple[str, Any] | None  # (column, value) selecting the family's rows, e.g. ("op", "all_reduce")
+    predictor: OperatorPredictor
+
+    def rows(self, profile: Profile) -> np.ndarray:
+        table = profile.tables[self.table]
+        if self.where is None:
+            return np.arange(table["latency_s"].size)
+        column, value = self.where
+        return np.flatnonzero(table[column] == value)
+
+
+class FittedProfile:
+    """All fitted predictors of one profile for one GPU.
+
+    Build it with :func:`fitted_profile` (cached) or :func:`fit_profile`.
+    Every ``predict_*`` method takes array-likes that broadcast together and
+    returns ``(seconds, in_range)``, two arrays of the broadcast shape.
+    ``in_range`` is False where a query lies outside the sampled range of the
+    family's table (beyond ``[min / 1.25, max * 1.25]`` in a shape column, a
+    token count ``batch x seq`` outside the attention table's, or a group size
+    the collective table lacks); ``seconds`` is NaN there, so that the caller
+    must choose (and label) a fall-back instead of trusting an extrapolation.
+    """
+
+    def __init__(self, profile: Profile, gpu: GPUSpec, predictors: dict[str, OperatorPredictor],
+                 train_rows: dict[str, np.ndarray], fit_seconds: dict[str, float],
+                 dropped_rows: dict[str, np.ndarray] | None = None) -> None:
+        self.profile = profile
+        self.gpu = gpu
+        self._layout = _family_layout(profile, gpu)
+        self._predictors = dict(predictors)
+        self._train_rows = dict(train_rows)
+        self._dropped_rows = dict(dropped_rows or {})
+        self.fit_seconds = dict(fit_seconds)
+        self._ranges = {family: self._range_of(family) for family in self._predictors}
+        self._group_sizes = {family: np.unique(self.shapes(family)[0][:, 0])
+                             for family in self._predictors if self._layout[family].table == "nccl"}
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """Families with a fitted predictor, e.g. ``gemm_bf16``, ``nccl_all_reduce``."""
+        return tuple(sorted(self._predictors))
+
+    def predictor(self, family: str) -> OperatorPredictor:
+        """The fitted estimator of ``family``."""
+        return self._predictors[self._require(family)]
+
+    def table(self, family: str) -> str:
+        """Name of the profile table ``family`` was fitted on (``nccl_*`` -> ``nccl``)."""
+        return self._layout[self._require(family)].table
+
+    def family_rows(self, family: str) -> np.ndarray:
+        """Indices of ``family``'s rows in its profile table."""
+        return self._layout[self._require(family)].rows(self.profile)
+
+    def split(self, family: str) -> tuple[np.ndarray, np.ndarray]:
+        """Training rows and held-out rows of ``family`` (indices into its profile table).
+
+        Sampled rows dropped as outliers before fitting belong to neither.
+        """
+        train = self._train_rows[self._require(family)]
+        sampled = np.union1d(train, self._dropped_rows.get(family, np.empty(0, dtype=np.int64)))
+        return train, np.setdiff1d(self.family_rows(family), sampled)
+
+    def shapes(self, family: str, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(X, latency_s)`` of ``family``'s table rows (all of the family's rows by default)."""
+        spec = self._layout[self._require(family)]
+        table = self.profile.tables[spec.table]
+        rows = self.family_rows(family) if rows is None else rows
+        X = np.column_stack([table[name][rows] for name in spec.columns]).astype(np.float64)
+        return X, table["latency_s"][rows]
+
+    def sampled_range(self, family: str) -> dict[str, tuple[float, float]]:
+        """Per shape column, ``(min, max)`` over the family's table."""
+        return dict(self._ranges[self._require(family)])
+
+    def predict(self, family: str, X: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """``(seconds, in_range)`` for rows of shape columns ``X`` (the family's column order)."""
+        X = np.atleast_2d(np.asarray(X, dtype=np.float64))
+        inside = self.in_range(family, X)
+        seconds = np.full(X.shape[0], np.nan)
+        if inside.any():
+            seconds[inside] = self._predictors[family].predict(X[inside])
+        return seconds, inside
+
+    def in_range(self, family: str, X: ArrayLike) -> np.ndarray:
+        """Whether each row of ``X`` lies within the sampled range of ``family``'s table."""
+        X = np.atleast_2d(np.asarray(X, dtype=np.float64))
+        spec = self._layout[self._require(family)]
+        ranges = self._ranges[family]
+        inside = np.all(np.isfinite(X), axis=1)
+        for index, name in enumerate(spec.columns):
+            low, high = ranges[name]
+            inside &= (X[:, index] >= low / RANGE_MARGIN) & (X[:, index] <= high * RANGE_MARGIN)
+        if spec.table == "attention_fwd":
+            low, high = ranges["tokens"]
+            tokens = X[:, 0] * X[:, 1]
+            inside &= (tokens >= low / RANGE_MARGIN) & (tokens <= high * RANGE_MARGIN)
+        if family in self._group_sizes:
+            inside &= np.isin(X[:, 0], self._group_sizes[family])
+        return inside
+
+    def predict_gemm(self, m: ArrayLike, n: ArrayLike, k: ArrayLike,
+                     dtype: str) -> tuple[np.ndarray, np.ndarray]:
+        """GEMM ``Y[m, n] = X[m, k] @ W[n, k]^T`` in ``dtype`` (bf16, fp16, fp8).
+
+        Raises
+        ------
+        KeyError
+            If the profile has no GEMM table for ``dtype``.
+        """
+        family = _GEMM_DTYPES.get(dtype, (f"gemm_{dtype}", 0.0))[0]
+        if family not in self._predictors:
+            raise KeyError(f"profile {self.profile.name!r} has no fitted {family} table "
+                           f"(fitted: {', '.join(self.families)})")
+        return self._broadcast_predict(family, m, n, k)
+
+    def predict_attention_fwd(self, batch: ArrayLike, seq: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike,
+                              head_dim: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """Causal self-attention forward (bf16, no cached prefix)."""
+        return self._broadcast_predict("attention_fwd", batch, seq, heads, kv_heads, head_dim)
+
+    def predict_collective(self, op: str, num_gpus: ArrayLike,
+                           message_bytes: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """Intra-node NCCL collective; ``message_bytes`` in nccl-tests convention (see CollectivePredictor).
+
+        Raises
+        ------
+        ValueError
+            If ``op`` is not a known collective.
+        KeyError
+            If the profile has no table for ``op``.
+        """
+        family = f"nccl_{check_op(op)}"
+        return self._broadcast_predict(family, num_gpus, message_bytes)
+
+    def _broadcast_predict(self, family: str, *columns: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        self._require(family)
+        arrays = np.broadcast_arrays(*(np.asarray(column, dtype=np.float64) for column in columns))
+        shape = arrays[0].shape
+        seconds, inside = self.predict(family, np.column_stack([a.ravel() for a in arrays]))
+        return seconds.reshape(shape), inside.reshape(shape)
+
+    def _require(self, family: str) -> str:
+        if family not in self._predictors:
+            raise KeyError(f"profile {self.profile.name!r} has no fitted {family} predictor "
+                           f"(fitted: {', '.join(self.families)})")
+        return family
+
+    def _range_of(self, family: str) -> dict[str, tuple[float, float]]:
+        X, _ = self.shapes(family)
+        spec = self._layout[family]
+        out = {name: (float(X[:, i].min()), float(X[:, i].max())) for i, name in enumerate(spec.columns)}
+        if spec.table == "attention_fwd":
+            tokens = X[:, 0] * X[:, 1]
+            out["tokens"] = (float(tokens.min()), float(tokens.max()))
+        return out
+
+
+def fit_profile(profile: Profile, gpu: GPUSpec) -> FittedProfile:
+    """Fit every family's predictor on its light sample (no cache)."""
+    predictors, train_rows, dropped_rows, fit_seconds = {}, {}, {}, {}
+    for family, spec in _family_layout(profile, gpu).items():
+        table = profile.tables[spec.table]
+        rows = spec.rows(profile)
+        if rows.size == 0:
+            continue
+        X = np.column_stack([table[name][rows] for name in spec.columns]).astype(np.float64)
+        recipe = profile.fit_sampling
+        train = light_sample(X, recipe)
+        latency = table["latency_s"][rows]
+        outlier = grid_outliers(X[train], latency[train], float(recipe["outlier_factor"]))
+        dropped_rows[family] = rows[train[outlier]]
+        train = train[~outlier]
+        start = time.perf_counter()
+        predictors[family] = spec.predictor.fit(X[train], latency[train])
+        fit_seconds[family] = time.perf_counter() - start
+        train_rows[family] = rows[train]
+    return FittedProfile(profile, gpu, predictors, train_rows, fit_seconds, dropped_rows)
+
+
+def fitted_profile(profile: Profile, gpu: GPUSpec) -> FittedProfile:
+    """The fitted predictors of ``profile`` on ``gpu``: from memory, the disk cache, or fitted and stored.
+
+    The cache key is the profile's content hash, the GPU figures the features
+    use, ``CODE_VERSION`` and the scikit-learn version.
+    """
+    key = cache_key(profile, gpu)
+    if key in _MEMO:
+        return _MEMO[key]
+    payload = _cache.load_verified(key)
+    if isinstance(payload, dict) and payload.get("key") == key and _PAYLOAD_KEYS <= payload.keys():
+        fitted = FittedProfile(profile, gpu, payload["predictors"], payload["train_rows"], payload["fit_seconds"],
+                               payload["dropped_rows"])
+    else:
+        fitted = fit_profile(profile, gpu)
+        _cache.store(key, {"key": key, "predictors": fitted._predictors, "train_rows": fitted._train_rows,
+                           "dropped_rows": fitted._dropped_rows, "fit_seconds": fitted.fit_seconds})
+    _MEMO[key] = fitted
+    return fitted
+
+
+def forget_fitted() -> None:
+    """Drop the in-process memo (the disk cache stays)."""
+    _MEMO.clear()
+
+
+def cache_key(profile: Profile, gpu: GPUSpec) -> str:
+    """File-name-safe cache key of ``profile`` fitted for ``gpu``."""
+    physics = {"peak_flops": list(gpu.peak_flops), "hbm": gpu.hbm_bandwidth_bytes_per_s, "num_sms": gpu.num_sms,
+               "link_bw": gpu.intra_node_bandwidth_bytes_per_s, "link_latency": gpu.intra_node_latency_s}
+    blob = json.dumps({"profile": profile.content_hash, "code": CODE_VERSION, "sklearn": sklearn.__version__,
+                       "gpu": physics}, sort_keys=True)
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", profile.device)[:40]
+    return f"{slug}-{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
+
+
+def _family_layout(profile: Profile, gpu: GPUSpec) -> dict[str, _Family]:
+    """Families this profile and GPU can fit, with unfitted estimators."""
+    bandwidth, sms = gpu.hbm_bandwidth_bytes_per_s, gpu.num_sms
+    out: dict[str, _Family] = {}
+    for dtype, (table, element_bytes) in _GEMM_DTYPES.items():
+        if table in profile.tables and gpu.supports(dtype):
+            out[table] = _Family(table, ("m", "n", "k"), None,
+                                 GemmPredictor(peak_flops=gpu.peak(dtype), hbm_bandwidth_bytes_per_s=bandwidth,
+                                               num_sms=sms, bytes_per_element=element_bytes, random_state=_SEED))
+    if "attention_fwd" in profile.tables and gpu.supports("bf16"):
+        out["attention_fwd"] = _Family("attention_fwd", _ATTENTION_COLUMNS, ("causal", True),
+                                       AttentionPredictor(peak_flops=gpu.peak("bf16"),
+                                                          hbm_bandwidth_bytes_per_s=bandwidth, num_sms=sms,
+                                                          random_state=_SEED))
+    if "nccl" in profile.tables:
+        present = set(profile.tables["nccl"]["op"].tolist())
+        for op in COLLECTIVE_OPS:
+            if op in present:
+                out[f"nccl_{op}"] = _Family("nccl", _COLLECTIVE_COLUMNS, ("op", op), CollectivePredictor(
+                    op=op, link_bandwidth_bytes_per_s=gpu.intra_node_bandwidth_bytes_per_s,
+                    link_latency_s=gpu.intra_node_latency_s, random_state=_SEED))
+    return out
+

@@ -1,0 +1,81 @@
+"""GEMM latency: efficiency against the roofline, with tile and wave quantisation."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Final
+
+import numpy as np
+from sklearn.ensemble import HistGradientBoostingRegressor
+
+from costmodel.predictors._base import OperatorPredictor, log_waves
+
+# Output tiles (rows x columns of Y) that cuBLAS/CUTLASS kernels on Ampere-to-Blackwell GPUs
+# use for large GEMMs; each tile is one thread block, so ceil(m/tm)*ceil(n/tn) blocks fill the
+# SMs in waves. Several are offered because which one a kernel picks depends on the shape.
+_TILES: Final = ((128, 128), (128, 256), (256, 128), (64, 128))
+
+
+class GemmPredictor(OperatorPredictor):
+    """Latency of ``Y[m, n] = X[m, k] @ W[n, k]^T`` (a Linear layer, m = tokens).
+
+    Features: log m, n, k, FLOPs, bytes, arithmetic intensity, the roofline
+    time and its compute/memory ratio, and for each tile shape the log wave
+    count, the last-wave quantisation loss and the m and n tile fill. The
+    regressor is a histogram gradient-boosting model of the log efficiency
+    (chosen over extra trees and gradient boosting by held-out accuracy on
+    the A100 and H100 tables at equal or better speed; see
+    ``benchmarks/predictors.py``).
+
+    Parameters
+    ----------
+    peak_flops : float
+        Dense tensor-core FLOP/s of the GEMM's dtype. The defaults are the
+        H100-SXM figures of ``costmodel/catalog/gpus.yaml`` (989.4 TFLOP/s bf16,
+        3350 GB/s, 132 SMs); pass the device's.
+    hbm_bandwidth_bytes_per_s : float
+        HBM bandwidth.
+    num_sms : int
+        Streaming multiprocessors (waves are counted against them).
+    bytes_per_element : float
+        Input element size: 2 for bf16/fp16, 1 for fp8.
+    max_iter, learning_rate, max_leaf_nodes : int, float, int
+        Passed to ``HistGradientBoostingRegressor``. Each round costs about
+        15 us per predict call, so 100 rounds keep a 200-shape batch near
+        1.5 ms; 200 rounds at half the rate were no more accurate.
+    random_state : int, RandomState or None
+        Passed to the regressor.
+    """
+
+    shape_columns: ClassVar[tuple[str, ...]] = ("m", "n", "k")
+
+    def __init__(self, peak_flops: float = 989.4e12, hbm_bandwidth_bytes_per_s: float = 3350e9,
+                 num_sms: int = 132, bytes_per_element: float = 2.0, max_iter: int = 100,
+                 learning_rate: float = 0.2, max_leaf_nodes: int = 31, random_state: Any = None) -> None:
+        self.peak_flops = peak_flops
+        self.hbm_bandwidth_bytes_per_s = hbm_bandwidth_bytes_per_s
+        self.num_sms = num_sms
+        self.bytes_per_element = bytes_per_element
+        self.max_iter = max_iter
+        self.learning_rate = learning_rate
+        self.max_leaf_nodes = max_leaf_nodes
+        self.random_state = random_state
+
+    def _physics(self, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        m, n, k = shapes.T
+        log_flops = np.log(2.0) + np.log(m) + np.log(n) + np.log(k)
+        log_bytes = np.log(self.bytes_per_element * (m * k + n * k) + 2.0 * m * n)
+        log_compute = log_flops - np.log(self.peak_flops)
+        log_memory = log_bytes - np.log(self.hbm_bandwidth_bytes_per_s)
+        log_roofline = np.maximum(log_compute, log_memory)
+        columns = [np.log(m), np.log(n), np.log(k), log_flops, log_bytes, log_flops - log_bytes,
+                   log_roofline, log_compute - log_memory]
+        for tile_m, tile_n in _TILES:
+            blocks_m, blocks_n = np.ceil(m / tile_m), np.ceil(n / tile_n)
+            columns.extend(log_waves(blocks_m * blocks_n, self.num_sms))
+            columns.extend((m / (blocks_m * tile_m), n / (blocks_n * tile_n)))
+        return np.column_stack(columns), log_roofline
+
+    def _make_regressor(self) -> HistGradientBoostingRegressor:
+        return HistGradientBoostingRegressor(max_iter=self.max_iter, learning_rate=self.learning_rate,
+                                             max_leaf_nodes=self.max_leaf_nodes, early_stopping=False,
+                                             random_state=self.random_state)

@@ -1,0 +1,209 @@
+"""Step time of one training run on a whole cluster: compute, communication, schedule, overlap.
+
+For every pipeline rank the micro-batch forward and backward times are its timed
+operators (``costmodel.compute``) plus the communication its parallelism adds and
+does not hide: TP all-reduce (or all-gather + reduce-scatter with sequence
+parallelism) unless ``tp_comm_overlap``; the context-parallel K/V ring beyond the
+attention it overlaps; the expert-parallel all-to-all; ZeRO-3 gathers beyond the
+layer compute they are prefetched under. A pipeline schedule turns those into a
+flush; after it, the gradient sync (overlapped with the last micro-batch's
+backward when ``overlap_grad_reduce``), the optimizer step on the local shard and
+the ZeRO parameter all-gather finish the step. Stages that finish their last
+backward earlier hide part of that tail behind the pipeline drain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from constraints.memory import params_on_gpu
+from costmodel.analytic import attention_backward_ratio
+from costmodel.comm import collective_seconds, group_placement
+from costmodel.compute import StageCompute, pipeline_compute
+from costmodel.flops import model_flops_per_step
+from costmodel.schedule import SCHEDULES, PipelineTime, schedule_name
+from costmodel.specs.runspec import RunSpec
+from costmodel.timing import OperatorTimer
+
+BF16 = 2
+GRAD_REDUCE_BYTES = 4  # Megatron-LM reduces fp32 main gradients by default (accumulate_allreduce_grads_in_fp32)
+# Megatron-LM's default DDP bucket: max(40M, 1M x dp) parameters (megatron/core/distributed ddp config).
+BUCKET_PARAMS = 40_000_000
+
+BREAKDOWN_KEYS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "pp_bubble_s",
+                  "dp_comm_exposed_s", "optimizer_s", "other_s")
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """Per-micro-batch seconds of one pipeline rank, split by cause."""
+
+    compute: StageCompute
+    tp_s: float
+    cp_s: float
+    ep_s: float
+    zero3_s: float
+
+    @property
+    def exposed_comm_s(self) -> float:
+        return self.tp_s + self.cp_s + self.ep_s + self.zero3_s
+
+    @property
+    def forward_s(self) -> float:
+        """Forward compute; exposed communication is booked on the backward (schedules use f + b)."""
+        return self.compute.forward_s
+
+    @property
+    def backward_s(self) -> float:
+        return self.compute.backward_s + self.exposed_comm_s
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """Time of one optimizer step; ``breakdown`` parts add up to ``step_time_s``."""
+
+    step_time_s: float
+    breakdown: dict[str, float]
+    schedule: str
+    notes: tuple[str, ...] = field(default=())
+
+
+def _intra(timer: OperatorTimer):  # type: ignore[no-untyped-def]
+    predictors = timer.predictors
+    if predictors is None or not any(f.startswith("nccl") for f in predictors.families):
+        return None
+    return predictors.predict_collective
+
+
+def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: float,
+                moe_layers: float) -> tuple[float, float, float, float]:
+    """(tp, cp, ep, zero3) exposed seconds per micro-batch on one rank (forward + backward)."""
+    model, s, cluster, gpu = run.model, run.strategy, run.cluster, run.cluster.gpu
+    intra = _intra(timer)
+    tokens = s.micro_batch_size * run.seq_length // s.cp
+    activation = tokens * model.hidden_size * BF16
+    recompute_fwd = 1 if s.recompute == "full" else 0
+    tp = cp = ep = z3 = 0.0
+    if s.tp > 1 and not s.tp_comm_overlap:
+        g = group_placement("tp", s, cluster)
+        if s.sequence_parallel:
+            per = (collective_seconds("all_gather", activation, g, gpu, intra)
+                   + collective_seconds("reduce_scatter", activation, g, gpu, intra))
+        else:
+            per = collective_seconds("all_reduce", activation, g, gpu, intra)
+        tp = layers * 2 * per * (2 + recompute_fwd)  # two per layer, forward and backward (and recompute)
+    if s.cp > 1:
+        g = group_placement("cp", s, cluster)
+        kv_width = max(1, model.num_query_groups // s.tp) * model.head_dim  # type: ignore[operator]
+        chunk = 2 * s.micro_batch_size * (run.seq_length // s.cp) * kv_width * BF16  # K and V
+        ring = (s.cp - 1) * collective_seconds("send_recv", chunk, g, gpu, intra)
+        attention = stage.attention_s / max(layers, 1e-9)
+        bwd_attention = attention * attention_backward_ratio(run.seq_length)
+        # forward circulates K/V, backward K/V and their gradients; each overlaps its attention kernel
+        cp = layers * (max(0.0, ring - attention) + max(0.0, 2 * ring - bwd_attention))
+    if s.ep > 1 and moe_layers:
+        g = group_placement("ep", s, cluster)
+        dispatched = tokens * model.moe_router_topk * model.hidden_size * BF16
+        ep = moe_layers * 4 * collective_seconds("all_to_all", dispatched, g, gpu, intra) * (1 + recompute_fwd / 2)
+    if s.zero_stage == 3 and s.dp * s.cp > 1:
+        g = group_placement("dp_cp", s, cluster)
+        dense, _ = params_on_gpu(run, stage.stage)
+        layer_params = dense / max(layers, 1e-9)
+        gather = collective_seconds("all_gather", layer_params * BF16 * s.dp * s.cp, g, gpu, intra)
+        scatter = collective_seconds("reduce_scatter", layer_params * GRAD_REDUCE_BYTES * s.dp * s.cp, g, gpu, intra)
+        per_layer_fwd = stage.forward_s / max(layers, 1e-9)
+        per_layer_bwd = stage.backward_s / max(layers, 1e-9)
+        z3 = layers * (max(0.0, gather - per_layer_fwd) + max(0.0, gather + scatter - per_layer_bwd))
+    return tp, cp, ep, z3
+
+
+def _dp_tail(run: RunSpec, timer: OperatorTimer, stage: StageCompute) -> float:
+    """Exposed gradient sync and parameter all-gather after the last backward of ``stage``."""
+    s, cluster, gpu = run.strategy, run.cluster, run.cluster.gpu
+    if s.dp * s.cp == 1 or s.zero_stage == 3:
+        return 0.0
+    intra = _intra(timer)
+    dense, expert = params_on_gpu(run, stage.stage)
+    total = 0.0
+    for params, kind, ranks in ((dense, "dp_cp", s.dp * s.cp), (expert, "edp", s.expert_data_parallel_size)):
+        if params <= 0 or ranks == 1:
+            continue
+        g = group_placement(kind, s, cluster)
+        op = "all_reduce" if s.zero_stage == 0 else "reduce_scatter"
+        sync = collective_seconds(op, params * GRAD_REDUCE_BYTES, g, gpu, intra)
+        bucket = collective_seconds(op, min(params, BUCKET_PARAMS) * GRAD_REDUCE_BYTES, g, gpu, intra)
+        total += max(bucket, sync - stage.backward_s) if s.overlap_grad_reduce else sync
+        if s.zero_stage in (1, 2):
+            gather = collective_seconds("all_gather", params * BF16, g, gpu, intra)
+            gather_bucket = collective_seconds("all_gather", min(params, BUCKET_PARAMS) * BF16, g, gpu, intra)
+            total += gather_bucket if s.overlap_param_gather else gather
+    return total
+
+
+def _p2p_seconds(run: RunSpec, timer: OperatorTimer) -> float:
+    s = run.strategy
+    if s.pp == 1:
+        return 0.0
+    tokens = s.micro_batch_size * run.seq_length // s.cp
+    nbytes = tokens * run.model.hidden_size * BF16 / (s.tp if s.sequence_parallel else 1)
+    return collective_seconds("send_recv", nbytes, group_placement("pp", s, run.cluster), run.cluster.gpu,
+                              _intra(timer))
+
+
+def predict_step(run: RunSpec, timer: OperatorTimer) -> StepPrediction:
+    """Seconds of one optimizer step of ``run`` and where they go."""
+    s = run.strategy
+    m = s.num_microbatches
+    computes = pipeline_compute(run, timer)
+    layers = run.model.num_layers / s.pp
+    moe_layers = layers * run.model.num_moe_layers / run.model.num_layers
+    stages: list[StageTimes] = []
+    cache: dict[int, StageTimes] = {}
+    for st in range(s.pp):
+        c = computes[st]
+        if id(c) not in cache:
+            cache[id(c)] = StageTimes(c, *_layer_comm(run, timer, c, layers, moe_layers))
+        stages.append(cache[id(c)])
+    name = schedule_name(s.pp, s.vpp)
+    flush: PipelineTime = SCHEDULES[name]([t.forward_s for t in stages], [t.backward_s for t in stages],
+                                          m, s.vpp, _p2p_seconds(run, timer))
+    # After the flush: stage i finished its last backward sum(backward of ranks < i) earlier.
+    tails = []
+    slack = 0.0
+    for st, t in enumerate(stages):
+        dp = _dp_tail(run, timer, t.compute)
+        tails.append((dp + t.compute.optimizer_s - slack, dp, t.compute.optimizer_s))
+        slack += t.backward_s
+    tail, dp_exposed, optimizer = max(tails)
+    tail = max(tail, 0.0)
+    optimizer = min(optimizer, tail)
+    k = stages[flush.bottleneck]
+    c = k.compute
+    breakdown = {
+        "compute_s": m * (c.forward_s + c.backward_s),
+        "tp_comm_s": m * k.tp_s,
+        "cp_comm_s": m * k.cp_s,
+        "ep_comm_s": m * k.ep_s,
+        "pp_comm_s": flush.p2p_s,
+        "pp_bubble_s": flush.bubble_s,
+        "dp_comm_exposed_s": m * k.zero3_s + (tail - optimizer),
+        "optimizer_s": optimizer,
+        "other_s": 0.0,
+    }
+    notes = tuple(sorted({n for t in stages for n in t.compute.notes}))
+    return StepPrediction(step_time_s=sum(breakdown.values()), breakdown=breakdown, schedule=name, notes=notes)
+
+
+def throughput(run: RunSpec, step_time_s: float) -> dict[str, float]:
+    """Tokens/s, model TFLOP/s per GPU and MFU per the contract's definitions."""
+    tokens = run.tokens_per_step
+    flops = model_flops_per_step(run.model, run.seq_length, run.strategy.global_batch_size)
+    n = run.cluster.num_gpus
+    peak = run.cluster.gpu.peak(run.strategy.precision) if run.cluster.gpu.supports(run.strategy.precision) \
+        else run.cluster.gpu.peak("bf16")
+    return {
+        "tokens_per_s": tokens / step_time_s,
+        "tokens_per_s_per_gpu": tokens / step_time_s / n,
+        "model_tflops_per_gpu": flops / step_time_s / n / 1e12,
+        "mfu": flops / step_time_s / n / peak,
+    }

@@ -1,0 +1,162 @@
+"""Time operators: fitted profile predictors where a profile covers the op, labelled fall-backs elsewhere.
+
+``OperatorTimer`` memoises per-shape results and batches predictor calls: timing
+the few dozen distinct operators of a strategy costs a dictionary lookup each
+once warm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from costmodel.analytic import (
+    attention_backward_ratio,
+    attention_roofline_seconds,
+    gemm_roofline_seconds,
+    memory_op_seconds,
+    noncausal_time_factor,
+)
+from costmodel.ops import Op
+from costmodel.specs.gpu import GPUSpec
+
+SOURCE_PROFILE = "profile"
+SOURCE_ROOFLINE = "roofline"
+SOURCE_ANALYTIC = "analytic"
+NOTE_MEMORY = ("norms, activations, residuals, rotary, cross-entropy and the optimizer step: analytic "
+               "bandwidth fits to Zhang et al. 2025 A100 measurements (no sampled table)")
+NOTE_NONCAUSAL = ("non-causal attention: causal table x FlashAttention-2 non-causal/causal time ratio")
+NOTE_ATTENTION_BWD = ("attention backward: sampled forward time x measured backward/forward ratio "
+                      "(no backward table)")
+
+
+class Predictors(Protocol):
+    """What the timer needs of a fitted profile (``costmodel.predictors.FittedProfile``)."""
+
+    families: tuple[str, ...]
+    profile: Any
+
+    def predict_gemm(self, m: Any, n: Any, k: Any, dtype: str) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def predict_attention_fwd(self, batch: Any, seq: Any, heads: Any, kv_heads: Any,
+                              head_dim: Any) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclass
+class TimedOps:
+    """Per-execution seconds and the source of each op's time."""
+
+    ops: Sequence[Op]
+    seconds: np.ndarray  # one execution
+    sources: list[str]
+    notes: list[str]  # fall-backs and approximations used, readable
+
+    def total(self, phases: tuple[str, ...] | None = None) -> float:
+        """Seconds of all executions (``count`` included) of the ops in ``phases``."""
+        counts = np.array([op.count for op in self.ops])
+        mask = np.ones(len(self.ops), bool) if phases is None else np.array([op.phase in phases for op in self.ops])
+        return float(np.sum(self.seconds[mask] * counts[mask]))
+
+    def total_family(self, family: str, phases: tuple[str, ...]) -> float:
+        """Seconds of the ops of one family in ``phases``."""
+        return sum(sec * op.count for op, sec in zip(self.ops, self.seconds)
+                   if op.family == family and op.phase in phases)
+
+
+def _gemm_family(dtype: str) -> str:
+    return "gemm_fp8" if dtype == "fp8" else "gemm_bf16"
+
+
+@dataclass
+class OperatorTimer:
+    """Times ops for one GPU with an optional fitted profile."""
+
+    gpu: GPUSpec
+    predictors: Predictors | None = None
+    _memo: dict[tuple[Any, ...], tuple[float, str, str | None]] = field(default_factory=dict, repr=False)
+
+    @property
+    def profile_name(self) -> str | None:
+        return None if self.predictors is None else str(self.predictors.profile.name)
+
+    def _has(self, family: str) -> bool:
+        return self.predictors is not None and family in self.predictors.families
+
+    @staticmethod
+    def _key(op: Op) -> tuple[Any, ...]:
+        if op.family in ("gemm", "attention_fwd", "attention_bwd"):
+            return (op.family, op.shape, op.dtype)
+        return (op.family, op.name.split(".")[0], op.phase == "fwd" or op.phase == "recompute", op.bytes)
+
+    def time_ops(self, ops: Sequence[Op]) -> TimedOps:
+        """Seconds for one execution of each op (batched for the uncached ones)."""
+        missing = [op for op in ops if self._key(op) not in self._memo]
+        if missing:
+            self._fill(missing)
+        results = [self._memo[self._key(op)] for op in ops]
+        notes = sorted({r[2] for r in results if r[2] is not None})
+        return TimedOps(ops, np.array([r[0] for r in results]), [r[1] for r in results], notes)
+
+    # -- filling the memo -------------------------------------------------------
+    def _fill(self, ops: Sequence[Op]) -> None:
+        unique: dict[tuple[Any, ...], Op] = {self._key(op): op for op in ops}
+        gemms = [op for op in unique.values() if op.family == "gemm"]
+        attention = [op for op in unique.values() if op.family in ("attention_fwd", "attention_bwd")]
+        for op in unique.values():
+            if op.family in ("memory", "optimizer"):
+                self._memo[self._key(op)] = (memory_op_seconds(op, self.gpu), SOURCE_ANALYTIC, NOTE_MEMORY)
+        self._fill_gemms(gemms)
+        self._fill_attention(attention)
+
+    def _fill_gemms(self, gemms: list[Op]) -> None:
+        by_dtype: dict[str, list[Op]] = {}
+        for op in gemms:
+            by_dtype.setdefault(op.dtype, []).append(op)
+        for dtype, group in by_dtype.items():
+            family = _gemm_family(dtype)
+            if not self._has(family):
+                note = (f"{family}: no sampled table for {self.gpu.name}; roofline at the published "
+                        f"achievable fraction of peak")
+                for op in group:
+                    self._memo[self._key(op)] = (gemm_roofline_seconds(op, self.gpu), SOURCE_ROOFLINE, note)
+                continue
+            assert self.predictors is not None
+            shapes = np.array([op.shape for op in group], dtype=float)
+            seconds, in_range = self.predictors.predict_gemm(shapes[:, 0], shapes[:, 1], shapes[:, 2], dtype)
+            for op, sec, ok in zip(group, seconds, in_range):
+                if ok:
+                    self._memo[self._key(op)] = (float(sec), SOURCE_PROFILE, None)
+                else:
+                    note = (f"{op.name.split('.')[0]} GEMM (m, n, k)={op.shape} lies outside the {family} "
+                            f"table's sampled range: roofline fall-back")
+                    self._memo[self._key(op)] = (gemm_roofline_seconds(op, self.gpu), SOURCE_ROOFLINE, note)
+
+    def _fill_attention(self, ops: list[Op]) -> None:
+        if not ops:
+            return
+        if not self._has("attention_fwd"):
+            note = (f"attention: no sampled table for {self.gpu.name}; roofline at the measured "
+                    f"flash-attention fraction of peak")
+            for op in ops:
+                self._memo[self._key(op)] = (attention_roofline_seconds(op, self.gpu), SOURCE_ROOFLINE, note)
+            return
+        assert self.predictors is not None
+        shapes = np.array([op.shape[:5] for op in ops], dtype=float)
+        seconds, in_range = self.predictors.predict_attention_fwd(*shapes.T)
+        for op, sec, ok in zip(ops, seconds, in_range):
+            if not ok:
+                note = (f"attention (batch, seq, heads, kv_heads, head_dim)={op.shape[:5]} lies outside the "
+                        f"attention table's sampled range: roofline fall-back")
+                self._memo[self._key(op)] = (attention_roofline_seconds(op, self.gpu), SOURCE_ROOFLINE, note)
+                continue
+            note = None
+            if len(op.shape) > 5 and op.shape[5] == 0:
+                note = NOTE_NONCAUSAL
+                sec = sec * noncausal_time_factor(op.shape[1])
+            if op.family == "attention_bwd":
+                note = NOTE_ATTENTION_BWD
+                sec = sec * attention_backward_ratio(op.shape[1])
+            self._memo[self._key(op)] = (float(sec), SOURCE_PROFILE, note)

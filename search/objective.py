@@ -1,0 +1,289 @@
+"""Evaluate strategies: rules and memory first, time only for the feasible ones.
+
+:class:`Evaluator` turns a :class:`~costmodel.specs.Strategy` into a frozen
+:class:`Evaluation` and memoises it by strategy (strategies are hashable), so a
+sampler that proposes the same strategy twice pays once.
+
+Infeasible candidates and Optuna
+--------------------------------
+One mechanism: **Optuna constraints** (``constraints_func`` of ``TPESampler`` and
+``NSGAIISampler``). :func:`optuna_objective` records the evaluation in the
+trial's user attributes (``feasible``, ``reason``, ``violation``, ``strategy``)
+and returns ``inf`` for an infeasible candidate without predicting its time;
+:func:`constraints` reads ``violation`` back, so the samplers rank infeasible
+trials below every feasible one and among themselves by how far they miss
+(GiB over the memory budget, plus one per broken rule). Trials are never pruned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from constraints import check
+from costmodel.compute import distinct_stages
+from costmodel.decompose import stage_ops
+from costmodel.ops import Op
+from costmodel.predict import timer_for
+from costmodel.specs.runspec import RunSpec
+from costmodel.specs.gpu import GiB, GPUSpec
+from costmodel.specs.strategy import Strategy
+from costmodel.step import predict_step, throughput
+from costmodel.timing import OperatorTimer
+from search.space import LAYOUT_KNOBS, SearchProblem, StrategySpace, nearest
+
+INFEASIBLE = math.inf
+"""Objective value returned for an infeasible trial (the constraint, not this value, ranks it)."""
+OBJECTIVES = ("time", "pareto")
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Outcome of one strategy on one problem (a finished record, like Optuna's ``FrozenTrial``).
+
+    ``step_time_s`` and the throughput figures are ``None`` for infeasible
+    strategies: their time is never predicted.
+    """
+
+    strategy: Strategy
+    violations: tuple[str, ...]
+    peak_memory_gib: float
+    usable_memory_gib: float
+    step_time_s: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    mfu: float | None = None
+    breakdown: tuple[tuple[str, float], ...] = field(default=())
+
+    @property
+    def feasible(self) -> bool:
+        return not self.violations
+
+    @property
+    def memory_excess_gib(self) -> float:
+        """GiB over the usable memory (0 when it fits)."""
+        return max(0.0, self.peak_memory_gib - self.usable_memory_gib)
+
+    @property
+    def violation(self) -> float:
+        """Optuna constraint value: <= 0 feasible; else GiB missing plus one per broken rule."""
+        if self.feasible:
+            return 0.0
+        rules = sum(1 for v in self.violations if not v.startswith("needs "))
+        return self.memory_excess_gib + rules
+
+    @property
+    def reason(self) -> str:
+        """The first violation, or ``""`` when feasible."""
+        return self.violations[0] if self.violations else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready row."""
+        return {
+            "strategy": self.strategy.to_dict(),
+            "feasible": self.feasible,
+            "violations": list(self.violations),
+            "step_time_s": self.step_time_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "mfu": self.mfu,
+            "peak_memory_gib": self.peak_memory_gib,
+            "usable_memory_gib": self.usable_memory_gib,
+            "breakdown": dict(self.breakdown),
+        }
+
+
+class _MemoisedCollectives:
+    """Forwards a fitted profile, memoising intra-node collective predictions.
+
+    ``predict_step`` asks the profile for the same few (op, ranks, bytes)
+    collectives for every strategy, and each answer is a forest prediction of
+    about 15 ms; memoised, a warm ``predict_step`` costs about 1 ms. An op the
+    profile has no table for (``send_recv``) is answered "out of range", which
+    makes ``collective_seconds`` use its analytic model, as its contract says,
+    instead of raising.
+    TODO(costmodel): move this memo into ``OperatorTimer`` and drop the wrapper.
+    """
+
+    def __init__(self, predictors: Any) -> None:
+        self._predictors = predictors
+        self._memo: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._predictors, name)
+
+    def predict_collective(self, op: str, num_gpus: Any, message_bytes: Any) -> tuple[np.ndarray, np.ndarray]:
+        sizes = np.asarray(message_bytes, dtype=np.float64)
+        ranks = np.asarray(num_gpus, dtype=np.float64)
+        key = (op, ranks.tobytes(), ranks.shape, sizes.tobytes(), sizes.shape)
+        if key not in self._memo:
+            if f"nccl_{op}" in self._predictors.families:
+                self._memo[key] = self._predictors.predict_collective(op, num_gpus, message_bytes)
+            else:  # no table (e.g. send_recv): out of range, so collective_seconds uses its analytic model
+                shape = np.broadcast_shapes(ranks.shape, sizes.shape)
+                self._memo[key] = (np.full(shape, np.nan), np.zeros(shape, dtype=bool))
+        return self._memo[key]
+
+
+@lru_cache(maxsize=16)
+def search_timer(gpu: GPUSpec, profile_dir: str | None = None) -> OperatorTimer:
+    """The operator timer searches use: ``timer_for(gpu, profile_dir)`` with memoised collectives."""
+    timer = timer_for(gpu, profile_dir)
+    if timer.predictors is None or not hasattr(timer.predictors, "predict_collective"):
+        return timer
+    return OperatorTimer(timer.gpu, _MemoisedCollectives(timer.predictors))
+
+
+class Evaluator:
+    """Memoised evaluation of strategies on one problem.
+
+    Parameters
+    ----------
+    problem : SearchProblem
+        The model, cluster, batch and sequence length.
+    profile_dir : str or Path, optional
+        A user profile instead of the GPU's built-in one.
+    timer : OperatorTimer, optional
+        Overrides the timer (tests); by default :func:`search_timer`.
+    """
+
+    def __init__(self, problem: SearchProblem, profile_dir: str | Path | None = None,
+                 timer: OperatorTimer | None = None) -> None:
+        self.problem = problem
+        self.profile_dir = None if profile_dir is None else str(Path(profile_dir).resolve())
+        self._timer = timer
+        self.cache: dict[Strategy, Evaluation] = {}
+
+    @property
+    def timer(self) -> OperatorTimer:
+        if self._timer is None:
+            self._timer = search_timer(self.problem.gpu, self.profile_dir)
+        return self._timer
+
+    def evaluate(self, strategy: Strategy) -> Evaluation:
+        """Rules and memory of ``strategy``; its step time only when it fits."""
+        hit = self.cache.get(strategy)
+        if hit is not None:
+            return hit
+        run = self.problem.run(strategy)
+        verdict = check(run)
+        usable = verdict.usable_bytes / GiB
+        if not verdict.fits:
+            result = Evaluation(strategy, verdict.violations, verdict.peak_memory_gib, usable)
+        else:
+            step = predict_step(run, self.timer)
+            rates = throughput(run, step.step_time_s)
+            result = Evaluation(strategy, (), verdict.peak_memory_gib, usable, step.step_time_s,
+                                rates["tokens_per_s_per_gpu"], rates["mfu"], tuple(step.breakdown.items()))
+        self.cache[strategy] = result
+        return result
+
+    def evaluate_many(self, strategies: Iterable[Strategy]) -> list[Evaluation]:
+        """Evaluate ``strategies``, timing the operators of all the feasible ones in one batch first."""
+        strategies = list(strategies)
+        fresh = [s for s in dict.fromkeys(strategies) if s not in self.cache]
+        runs = []
+        for strategy in fresh:
+            run = self.problem.run(strategy)
+            verdict = check(run)
+            if verdict.fits:
+                runs.append(run)
+            else:
+                self.cache[strategy] = Evaluation(strategy, verdict.violations, verdict.peak_memory_gib,
+                                                  verdict.usable_bytes / GiB)
+        prewarm(runs, self.timer)
+        return [self.evaluate(s) for s in strategies]
+
+    def remember(self, evaluation: Evaluation) -> None:
+        """Add an evaluation computed elsewhere (another process, a stored study)."""
+        self.cache.setdefault(evaluation.strategy, evaluation)
+
+
+def prewarm(runs: Iterable[RunSpec], timer: OperatorTimer) -> None:
+    """Time every distinct operator of ``runs`` in one batched predictor call per family.
+
+    ``OperatorTimer`` memoises per shape but calls its predictors once per new
+    strategy; a sweep that asks for all shapes at once pays the predictor
+    overhead once instead of once per strategy.
+    TODO(costmodel): a batched ``predict_steps(runs, timer)`` would make this unnecessary.
+    """
+    ops: dict[Op, None] = {}
+    for run in runs:
+        for stage in distinct_stages(run.strategy.pp):
+            ops.update(dict.fromkeys(stage_ops(run, stage)))
+    if ops:
+        timer.time_ops(list(ops))
+
+
+# -- Optuna glue ------------------------------------------------------------------------------
+def suggest_strategy(trial: Any, space: StrategySpace) -> Strategy:
+    """Ask ``trial`` for one legal strategy of ``space``.
+
+    Each knob is declared with its fixed list of values over the whole space
+    (``space.choices``), so the distributions never change between trials. A
+    layout knob is then snapped to the nearest value that is legal given the
+    knobs picked before it (log scale), so every trial is a legal strategy;
+    knobs with a single value are not asked.
+    """
+    picked: dict[str, Any] = {}
+    candidates = list(space.layouts)
+    for index, knob in enumerate(LAYOUT_KNOBS):
+        legal = sorted({lay[index] for lay in candidates})
+        if len(legal) == 1:  # dp always lands here: tp, pp and cp determine it
+            value = legal[0]
+        else:
+            value = nearest(trial.suggest_categorical(knob, list(space.choices[knob])), legal)
+        picked[knob] = value
+        candidates = [lay for lay in candidates if lay[index] == value]
+    for knob, values in space.settings:
+        picked[knob] = values[0] if len(values) == 1 else trial.suggest_categorical(knob, list(values))
+    return space.strategy(picked)
+
+
+def record(trial: Any, evaluation: Evaluation, space: StrategySpace) -> None:
+    """Store ``evaluation`` in the trial's user attributes (readable in optuna-dashboard)."""
+    trial.set_user_attr("strategy", space.knobs_of(evaluation.strategy))
+    trial.set_user_attr("feasible", evaluation.feasible)
+    trial.set_user_attr("reason", evaluation.reason)
+    trial.set_user_attr("violation", evaluation.violation)
+    trial.set_user_attr("peak_memory_gib", evaluation.peak_memory_gib)
+    if evaluation.feasible:
+        trial.set_user_attr("step_time_s", evaluation.step_time_s)
+        trial.set_user_attr("tokens_per_s_per_gpu", evaluation.tokens_per_s_per_gpu)
+        trial.set_user_attr("mfu", evaluation.mfu)
+
+
+def objective_values(evaluation: Evaluation, objective: str = "time") -> float | tuple[float, float]:
+    """What Optuna minimises: step time, or (step time, peak memory) for the Pareto front."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"The 'objective' parameter must be one of {', '.join(OBJECTIVES)}. Got {objective!r} instead.")
+    time_s = evaluation.step_time_s if evaluation.feasible else INFEASIBLE
+    assert time_s is not None
+    if objective == "pareto":
+        return time_s, evaluation.peak_memory_gib
+    return time_s
+
+
+def optuna_objective(evaluator: Evaluator, space: StrategySpace,
+                     objective: str = "time") -> Callable[[Any], float | tuple[float, float]]:
+    """An Optuna objective over ``space``: suggest, evaluate (memoised), record, return."""
+    def run_trial(trial: Any) -> float | tuple[float, float]:
+        evaluation = evaluator.evaluate(suggest_strategy(trial, space))
+        record(trial, evaluation, space)
+        return objective_values(evaluation, objective)
+
+    return run_trial
+
+
+def constraints(trial: Any) -> list[float]:
+    """Optuna ``constraints_func``: one value, feasible when <= 0 (see the module docstring)."""
+    return [float(trial.user_attrs.get("violation", 0.0))]
+
+
+def strategy_from_attrs(attrs: Mapping[str, Any], space: StrategySpace) -> Strategy:
+    """Rebuild the strategy a stored trial evaluated (for resuming a study)."""
+    return space.strategy(dict(attrs["strategy"]))

@@ -1,0 +1,397 @@
+"""A search problem and its legal strategy space.
+
+A *problem* fixes what the user cannot change (model, GPU kind, GPU count, global
+batch, sequence length) and bounds what the search may change. The *space* lists
+every legal value of every knob: divisibility rules generate the values instead of
+filtering them afterwards, so that no trial is spent on an impossible degree.
+
+Knobs come in two kinds. *Layout* knobs depend on one another through
+divisibility (``tp``, ``cp``, ``pp``, the derived ``dp``, ``micro_batch_size``,
+``vpp``, ``ep``, ``sequence_parallel``); the space enumerates their legal
+combinations once (a few hundred to a few thousand tuples). *Setting* knobs are
+independent of the layout (``recompute``, ``zero_stage``, ``precision`` and the
+launch switches of ``Strategy`` when the user allows more than one value); the
+space is the product of the layouts and the settings.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from typing import Any
+
+from costmodel.specs.errors import SpecError, require_int
+from costmodel.specs.gpu import ClusterSpec, GPUSpec
+from costmodel.specs.model import ModelSpec
+from costmodel.specs.runspec import RunSpec
+from costmodel.specs.strategy import PRECISIONS, RECOMPUTE, ZERO_STAGES, Strategy
+
+LAYOUT_KNOBS: tuple[str, ...] = ("tp", "pp", "cp", "dp", "micro_batch_size", "vpp", "ep", "sequence_parallel")
+"""Layout knobs in the order a sampler picks them (``dp`` is derived, never sampled)."""
+SEARCHED_SETTINGS: tuple[str, ...] = ("recompute", "zero_stage", "precision")
+SWITCHES: tuple[str, ...] = ("flash_attention", "allow_tp_across_nodes", "tp_comm_overlap",
+                             "overlap_grad_reduce", "overlap_param_gather")
+"""Launch switches: fixed at the ``Strategy`` defaults unless the user fixes or allows them."""
+KNOBS: tuple[str, ...] = LAYOUT_KNOBS + SEARCHED_SETTINGS + SWITCHES
+_INT_KNOBS = frozenset({"tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch_size", "zero_stage"})
+_BOOL_KNOBS = frozenset({"sequence_parallel", *SWITCHES})
+_DEFAULTS = {f.name: f.default for f in fields(Strategy)}
+
+Layout = tuple[int, int, int, int, int, int, int, bool]
+"""(tp, pp, cp, dp, micro_batch_size, vpp, ep, sequence_parallel), in ``LAYOUT_KNOBS`` order."""
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of ``n`` in ascending order."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def parse_knob_value(knob: str, text: str) -> Any:
+    """Parse one command-line value of ``knob`` (``"8"``, ``"true"``, ``"selective"``).
+
+    Raises
+    ------
+    SpecError
+        If ``knob`` is unknown or ``text`` is not a value of its type.
+    """
+    if knob not in KNOBS:
+        raise SpecError("knob", knob, "one of " + ", ".join(KNOBS))
+    text = text.strip()
+    if knob in _BOOL_KNOBS:
+        lowered = text.lower()
+        if lowered not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+            raise SpecError(knob, text, "true or false")
+        return lowered in ("true", "1", "yes", "on")
+    if knob in _INT_KNOBS:
+        try:
+            return int(text)
+        except ValueError:
+            raise SpecError(knob, text, "an integer") from None
+    return text
+
+
+def _freeze(mapping: Mapping[str, Any] | Sequence[tuple[str, Any]] | None) -> tuple[tuple[str, Any], ...]:
+    items = mapping.items() if isinstance(mapping, Mapping) else (mapping or ())
+    return tuple(sorted((str(k), v) for k, v in items))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchProblem:
+    """What to search: a model on ``num_gpus`` GPUs of one kind, and the bounds of the search.
+
+    Parameters
+    ----------
+    model, gpu : ModelSpec, GPUSpec
+        What is trained and on what.
+    num_gpus : int
+        GPUs of the job (whole nodes above one node).
+    global_batch_size : int
+        Sequences per optimizer step.
+    seq_length : int
+        Tokens per sequence.
+    gpus_per_node : int, optional
+        Defaults to the GPU catalog's node size.
+    fixed : mapping of knob to value
+        Knobs held at one value (``--fix tp=8``); any ``KNOBS`` name, ``dp`` included.
+    allowed : mapping of knob to values
+        Knobs restricted to a set of values (``--allow recompute=none,selective``).
+    max_tp, max_pp, max_cp, max_ep, max_vpp, max_micro_batch_size : int, optional
+        Upper bounds; ``None`` means only the divisibility rules bound the knob.
+        ``max_cp``, ``max_vpp`` and ``max_micro_batch_size`` default to 16, 8 and 8:
+        beyond them step time only gets worse for the models in the catalog, while
+        the space grows by half again.
+    """
+
+    model: ModelSpec
+    gpu: GPUSpec
+    num_gpus: int
+    global_batch_size: int
+    seq_length: int
+    gpus_per_node: int | None = None
+    fixed: tuple[tuple[str, Any], ...] = ()
+    allowed: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    max_tp: int | None = None
+    max_pp: int | None = None
+    max_cp: int | None = 16
+    max_ep: int | None = None
+    max_vpp: int | None = 8
+    max_micro_batch_size: int | None = 8
+
+    def __post_init__(self) -> None:
+        for name in ("num_gpus", "global_batch_size", "seq_length"):
+            require_int(name, getattr(self, name))
+        object.__setattr__(self, "fixed", _freeze(self.fixed))
+        object.__setattr__(self, "allowed", tuple((k, tuple(v)) for k, v in _freeze(self.allowed)))
+        for knob, value in self.fixed:
+            if knob not in KNOBS:
+                raise SpecError("fix", knob, "a knob (" + ", ".join(KNOBS) + ")")
+            if isinstance(value, str) and knob not in _INT_KNOBS | _BOOL_KNOBS:
+                continue
+        for knob, values in self.allowed:
+            if knob not in KNOBS:
+                raise SpecError("allow", knob, "a knob (" + ", ".join(KNOBS) + ")")
+            if not values:
+                raise SpecError(f"allow.{knob}", values, "at least one value")
+        for name in ("max_tp", "max_pp", "max_cp", "max_ep", "max_vpp", "max_micro_batch_size"):
+            if getattr(self, name) is not None:
+                require_int(name, getattr(self, name))
+        self.cluster  # noqa: B018 - validates the GPU count (whole nodes) early
+
+    @cached_property
+    def cluster(self) -> ClusterSpec:
+        return ClusterSpec(gpu=self.gpu, num_gpus=self.num_gpus,
+                           gpus_per_node=self.gpus_per_node or self.gpu.gpus_per_node)
+
+    def run(self, strategy: Strategy) -> RunSpec:
+        """The run spec of ``strategy`` on this problem."""
+        return RunSpec(model=self.model, cluster=self.cluster, strategy=strategy, seq_length=self.seq_length)
+
+    def with_gpus(self, num_gpus: int) -> SearchProblem:
+        """The same problem on ``num_gpus`` GPUs."""
+        from dataclasses import replace
+
+        return replace(self, num_gpus=num_gpus)
+
+    def restriction(self, knob: str) -> frozenset[Any] | None:
+        """Values ``knob`` may take by ``fixed`` / ``allowed``, or ``None`` when unrestricted."""
+        out: frozenset[Any] | None = None
+        for name, value in self.fixed:
+            if name == knob:
+                out = frozenset({value})
+        for name, values in self.allowed:
+            if name == knob:
+                out = frozenset(values) if out is None else out & frozenset(values)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """The ``problem`` object of the search JSON."""
+        return {
+            "model": self.model.name, "gpu": self.gpu.name, "num_gpus": self.num_gpus,
+            "gpus_per_node": self.cluster.gpus_per_node, "global_batch_size": self.global_batch_size,
+            "seq_length": self.seq_length, "fixed": dict(self.fixed),
+            "allowed": {k: list(v) for k, v in self.allowed},
+            "bounds": {name: getattr(self, name) for name in ("max_tp", "max_pp", "max_cp", "max_ep",
+                                                                "max_vpp", "max_micro_batch_size")},
+        }
+
+
+# -- legal values of each layout knob, given the knobs before it -------------------------------
+def _bounded(values: list[int], bound: int | None) -> list[int]:
+    return [v for v in values if bound is None or v <= bound]
+
+
+def legal_tp(problem: SearchProblem, allow_across_nodes: bool = False) -> list[int]:
+    """TP degrees that split heads, KV heads and FFN evenly and keep each group inside one NVLink domain."""
+    m, n = problem.model, problem.num_gpus
+    domain = problem.gpu.nvlink_domain_size
+    out = []
+    for t in divisors(n):
+        if m.num_attention_heads % t or m.ffn_hidden_size % t:  # type: ignore[operator]
+            continue
+        if m.is_moe and m.moe_ffn_hidden_size % t:  # type: ignore[operator]
+            continue
+        kv = m.num_query_groups
+        if kv % t and t % kv:  # type: ignore[operator]
+            continue
+        if not allow_across_nodes and (t > domain or domain % t):
+            continue
+        out.append(t)
+    return _bounded(out, problem.max_tp)
+
+
+def legal_cp(problem: SearchProblem, tp: int) -> list[int]:
+    """CP degrees: the sequence splits into 2*cp load-balanced chunks, and tp*cp divides the GPUs."""
+    rest = problem.num_gpus // tp
+    out = [c for c in divisors(rest) if c == 1 or problem.seq_length % (2 * c) == 0]
+    return _bounded(out, problem.max_cp)
+
+
+def legal_pp(problem: SearchProblem, tp: int, cp: int) -> list[int]:
+    """PP degrees that split the layers evenly and divide the remaining GPUs."""
+    rest = problem.num_gpus // (tp * cp)
+    out = [p for p in divisors(rest) if problem.model.num_layers % p == 0]
+    return _bounded(out, problem.max_pp)
+
+
+def legal_micro_batch(problem: SearchProblem, dp: int) -> list[int]:
+    """Micro-batch sizes that divide each replica's share of the global batch."""
+    if problem.global_batch_size % dp:
+        return []
+    return _bounded(divisors(problem.global_batch_size // dp), problem.max_micro_batch_size)
+
+
+def legal_vpp(problem: SearchProblem, pp: int, num_microbatches: int) -> list[int]:
+    """Virtual stages per rank: interleaving needs pp > 1, even chunks and micro-batches divisible by pp."""
+    if pp == 1 or num_microbatches % pp:
+        return [1]
+    return _bounded(divisors(problem.model.num_layers // pp), problem.max_vpp)
+
+
+def legal_ep(problem: SearchProblem, dp: int, cp: int) -> list[int]:
+    """EP degrees: divide the experts and the dp*cp ranks they are carved from (1 for dense models)."""
+    m = problem.model
+    if not m.is_moe:
+        return [1]
+    return _bounded([e for e in divisors(m.num_experts) if (dp * cp) % e == 0], problem.max_ep)
+
+
+def legal_sequence_parallel(problem: SearchProblem, tp: int, cp: int) -> list[bool]:
+    """Sequence parallelism needs tp > 1 and a per-rank sequence divisible by tp."""
+    if tp > 1 and (problem.seq_length // cp) % tp == 0:
+        return [True, False]
+    return [False]
+
+
+def _keep(problem: SearchProblem, knob: str, values: Sequence[Any]) -> list[Any]:
+    allowed = problem.restriction(knob)
+    return [v for v in values if allowed is None or v in allowed]
+
+
+def _switch_values(problem: SearchProblem, knob: str) -> list[Any]:
+    allowed = problem.restriction(knob)
+    return [_DEFAULTS[knob]] if allowed is None else sorted(allowed, key=repr)
+
+
+def _setting_values(problem: SearchProblem) -> dict[str, list[Any]]:
+    precisions = ["bf16"] + (["fp8"] if problem.gpu.supports("fp8") else [])
+    allowed_precision = problem.restriction("precision")
+    if allowed_precision is not None:  # fp16 only on request
+        precisions = [p for p in PRECISIONS if p in allowed_precision and problem.gpu.supports(p)]
+    values: dict[str, list[Any]] = {
+        "recompute": _keep(problem, "recompute", RECOMPUTE),
+        "zero_stage": _keep(problem, "zero_stage", ZERO_STAGES),
+        "precision": precisions,
+    }
+    for knob in SWITCHES:
+        values[knob] = _switch_values(problem, knob)
+    return values
+
+
+def _iter_layouts(problem: SearchProblem, allow_across_nodes: bool) -> Iterator[Layout]:
+    n = problem.num_gpus
+    for tp in _keep(problem, "tp", legal_tp(problem, allow_across_nodes)):
+        for cp in _keep(problem, "cp", legal_cp(problem, tp)):
+            for pp in _keep(problem, "pp", legal_pp(problem, tp, cp)):
+                dp = n // (tp * cp * pp)
+                if not _keep(problem, "dp", [dp]):
+                    continue
+                for mbs in _keep(problem, "micro_batch_size", legal_micro_batch(problem, dp)):
+                    m = problem.global_batch_size // (mbs * dp)
+                    for vpp in _keep(problem, "vpp", legal_vpp(problem, pp, m)):
+                        for ep in _keep(problem, "ep", legal_ep(problem, dp, cp)):
+                            for sp in _keep(problem, "sequence_parallel", legal_sequence_parallel(problem, tp, cp)):
+                                yield (tp, pp, cp, dp, mbs, vpp, ep, sp)
+
+
+@dataclass(frozen=True)
+class StrategySpace:
+    """Every legal strategy of a problem: layouts times settings.
+
+    Build it with :func:`build_space`. ``choices`` lists, per knob, every value
+    it takes anywhere in the space (fixed lists that samplers can declare once).
+    """
+
+    problem: SearchProblem
+    layouts: tuple[Layout, ...]
+    settings: tuple[tuple[str, tuple[Any, ...]], ...]
+    choices: dict[str, tuple[Any, ...]] = field(compare=False)
+
+    @property
+    def size(self) -> int:
+        """Number of legal strategies."""
+        return len(self.layouts) * math.prod(len(v) for _, v in self.settings)
+
+    def strategy(self, values: Mapping[str, Any]) -> Strategy:
+        """The strategy with knob ``values`` (the problem's global batch added)."""
+        return Strategy(global_batch_size=self.problem.global_batch_size, **values)
+
+    def strategy_of(self, layout: Layout, setting: Sequence[Any]) -> Strategy:
+        values = dict(zip(LAYOUT_KNOBS, layout))
+        values.update(zip((k for k, _ in self.settings), setting))
+        return self.strategy(values)
+
+    def __iter__(self) -> Iterator[Strategy]:
+        """Every legal strategy, layouts outermost (so that consecutive ones share operator shapes)."""
+        products = list(itertools.product(*(v for _, v in self.settings)))
+        for layout in self.layouts:
+            for setting in products:
+                yield self.strategy_of(layout, setting)
+
+    def contains(self, strategy: Strategy) -> bool:
+        """Whether ``strategy`` is one of the space's legal strategies."""
+        layout = tuple(getattr(strategy, k) for k in LAYOUT_KNOBS)
+        if layout not in set(self.layouts) or strategy.global_batch_size != self.problem.global_batch_size:
+            return False
+        return all(getattr(strategy, k) in values for k, values in self.settings)
+
+    def knobs_of(self, strategy: Strategy) -> dict[str, Any]:
+        """The searched knobs of ``strategy`` (layout and settings; switches only when they vary)."""
+        out = {k: getattr(strategy, k) for k in LAYOUT_KNOBS}
+        out.update({k: getattr(strategy, k) for k, _ in self.settings})
+        return out
+
+
+def build_space(problem: SearchProblem) -> StrategySpace:
+    """Enumerate the legal layouts of ``problem`` and its setting values.
+
+    Raises
+    ------
+    SpecError
+        If fixes, restrictions and bounds leave no legal strategy (the message
+        says which knob emptied the space).
+    """
+    settings = _setting_values(problem)
+    across = settings["allow_tp_across_nodes"]
+    layouts = tuple(dict.fromkeys(lay for a in across for lay in _iter_layouts(problem, a)))
+    for knob, values in settings.items():
+        if not values:
+            raise SpecError(knob, dict(problem.allowed).get(knob, dict(problem.fixed).get(knob)),
+                            "a legal value for this problem")
+    if not layouts:
+        raise SpecError("fix/allow", dict(problem.fixed) | {k: list(v) for k, v in problem.allowed},
+                        _empty_layout_hint(problem))
+    choices: dict[str, tuple[Any, ...]] = {}
+    for index, knob in enumerate(LAYOUT_KNOBS):
+        choices[knob] = tuple(sorted({lay[index] for lay in layouts}))
+    for knob, values in settings.items():
+        choices[knob] = tuple(values)
+    return StrategySpace(problem=problem, layouts=layouts,
+                         settings=tuple((k, tuple(v)) for k, v in settings.items()), choices=choices)
+
+
+def _empty_layout_hint(problem: SearchProblem) -> str:
+    """Which layout knob has no legal value once fixes and restrictions apply."""
+    unrestricted = SearchProblem(model=problem.model, gpu=problem.gpu, num_gpus=problem.num_gpus,
+                                 global_batch_size=problem.global_batch_size, seq_length=problem.seq_length,
+                                 gpus_per_node=problem.gpus_per_node)
+    legal = list(_iter_layouts(unrestricted, False))
+    for index, knob in enumerate(LAYOUT_KNOBS):
+        allowed = problem.restriction(knob)
+        values = sorted({lay[index] for lay in legal})
+        if allowed is not None and not allowed & set(values):
+            return f"legal for {knob} on this problem ({', '.join(map(str, values))})"
+    return (f"a combination with at least one legal layout for {problem.model.name} on {problem.num_gpus} GPUs "
+            f"and global_batch_size={problem.global_batch_size}")
+
+
+# -- conditional choice: what a sampler may pick for one knob given the knobs picked before -----
+def layouts_matching(layouts: Sequence[Layout], picked: Mapping[str, Any]) -> list[Layout]:
+    """Layouts that agree with the layout knobs already ``picked``."""
+    idx = [(LAYOUT_KNOBS.index(k), v) for k, v in picked.items() if k in LAYOUT_KNOBS]
+    return [lay for lay in layouts if all(lay[i] == v for i, v in idx)]
+
+
+def nearest(value: Any, legal: Sequence[Any]) -> Any:
+    """``value`` if legal, else the legal value nearest on a log scale (ties go to the smaller).
+
+    Non-numeric knobs fall back to the first legal value.
+    """
+    if value in legal:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        return legal[0]
+    return min(legal, key=lambda v: (abs(math.log2(v) - math.log2(value)), v))

@@ -1,0 +1,103 @@
+"""Validation: predict published runs and compare with their measured step times.
+
+A validation file is a YAML list of ``{id, source, unstated, framework, run,
+measured: {step_time_s, how}}`` (shared/spec/run_spec.md). Runs that cannot be
+predicted are listed with their reason and left out of the MAPE, never dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodel.flops import model_flops_per_step
+from costmodel.predict import predict_run
+from costmodel.specs.errors import SpecError
+from costmodel.specs.runspec import RunSpec, read_structured_file, run_spec_from_mapping
+
+ENTRY_KEYS = {"id", "source", "unstated", "framework", "run", "measured"}
+
+
+def load_validation_set(path: str | Path) -> list[dict[str, Any]]:
+    """Entries of a validation file, checked for shape (runs are parsed later, one by one)."""
+    data = read_structured_file(path, field="validation set")
+    if not isinstance(data, list):
+        raise SpecError("validation set", str(path), "a YAML list of runs")
+    seen: set[str] = set()
+    for i, entry in enumerate(data):
+        if not isinstance(entry, dict) or not {"id", "run", "measured"} <= set(entry):
+            raise SpecError(f"validation set[{i}]", entry if not isinstance(entry, dict) else sorted(entry),
+                            "a mapping with id, run and measured")
+        unknown = set(entry) - ENTRY_KEYS
+        if unknown:
+            raise SpecError(f"validation set[{i}].{sorted(unknown)[0]}", sorted(unknown)[0],
+                            "one of " + ", ".join(sorted(ENTRY_KEYS)))
+        if entry["id"] in seen:
+            raise SpecError(f"validation set[{i}].id", entry["id"], "unique")
+        seen.add(entry["id"])
+        measured = entry["measured"].get("step_time_s") if isinstance(entry["measured"], dict) else None
+        if not isinstance(measured, (int, float)) or measured <= 0:
+            raise SpecError(f"validation set[{i}].measured.step_time_s", measured, "a positive number")
+    return data
+
+
+def constant_mfu_step(run: RunSpec, mfu: float) -> float:
+    """Baseline: model FLOPs / (GPUs x dense peak x one constant MFU)."""
+    flops = model_flops_per_step(run.model, run.seq_length, run.strategy.global_batch_size)
+    gpu = run.cluster.gpu
+    peak = gpu.peak(run.strategy.precision) if gpu.supports(run.strategy.precision) else gpu.peak("bf16")
+    return flops / (run.cluster.num_gpus * peak * mfu)
+
+
+def best_constant_mfu(runs: Sequence[RunSpec], measured: Sequence[float]) -> tuple[float, float]:
+    """(MFU, MAPE) of the single MFU that minimises MAPE on these runs (grid search)."""
+    ones = np.array([constant_mfu_step(r, 1.0) for r in runs])
+    meas = np.asarray(measured)
+    grid = np.linspace(0.05, 0.95, 1801)
+    mapes = np.array([np.mean(np.abs(ones / g / meas - 1)) for g in grid])
+    i = int(np.argmin(mapes))
+    return float(grid[i]), float(mapes[i])
+
+
+def validate(entries: Sequence[dict[str, Any]], base_dir: Path | None = None,
+             profile_dir: str | Path | None = None) -> dict[str, Any]:
+    """Predict every entry; per-run signed error, MAPE and the constant-MFU baseline."""
+    rows: list[dict[str, Any]] = []
+    specs: list[RunSpec] = []
+    measured: list[float] = []
+    for entry in entries:
+        meas = float(entry["measured"]["step_time_s"])
+        row: dict[str, Any] = {"id": entry["id"], "source": entry.get("source", ""),
+                               "measured_step_time_s": meas}
+        try:
+            run = run_spec_from_mapping(entry["run"], base_dir)
+            pred = predict_run(run, profile_dir)
+        except (SpecError, KeyError, ValueError) as exc:
+            row.update({"predicted_step_time_s": None, "error": None, "fits": None, "reason": str(exc)})
+            rows.append(row)
+            continue
+        row.update({"predicted_step_time_s": pred["step_time_s"],
+                    "error": (pred["step_time_s"] - meas) / meas, "fits": pred["fits"]})
+        if "step_time_s_interval" in pred:
+            lo, hi = pred["step_time_s_interval"]
+            row["step_time_s_interval"] = [lo, hi]
+            row["inside_interval"] = lo <= meas <= hi
+        rows.append(row)
+        specs.append(run)
+        measured.append(meas)
+    errors = [abs(r["error"]) for r in rows if r["error"] is not None]
+    out: dict[str, Any] = {"runs": rows, "n": len(errors), "mape": float(np.mean(errors)) if errors else None}
+    if specs:
+        mfu, base_mape = best_constant_mfu(specs, measured)
+        out["baseline"] = {"kind": "one constant MFU fitted on this set", "mfu": mfu, "mape": base_mape}
+        covered = [r["inside_interval"] for r in rows if "inside_interval" in r]
+        if covered:
+            out["interval_coverage"] = float(np.mean(covered))
+    return out
+
+
+def validate_file(path: str | Path, profile_dir: str | Path | None = None) -> dict[str, Any]:
+    return validate(load_validation_set(path), Path(path).resolve().parent, profile_dir)

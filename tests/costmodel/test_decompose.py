@@ -1,0 +1,92 @@
+"""The decomposition conserves FLOPs and shards shapes the way Megatron-LM does."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel.decompose import layer_ops, stage_ops
+from costmodel.flops import forward_flops_per_token, recompute_flops_per_step
+from costmodel.specs import ClusterSpec, RunSpec, Strategy, get_gpu, get_model
+
+CASES = [  # model, tp, pp, cp, ep, seq
+    ("gpt3-175b", 8, 8, 1, 1, 2048),
+    ("megatron-22b", 8, 1, 1, 1, 2048),
+    ("llama3.1-70b", 8, 4, 2, 1, 8192),
+    ("llama3.1-8b", 2, 2, 1, 1, 4096),
+    ("llama2-7b", 1, 1, 1, 1, 4096),
+    ("qwen2.5-7b", 4, 1, 1, 1, 4096),
+    ("gpt-neox-20b", 4, 2, 1, 1, 2048),
+    ("mixtral-8x7b", 2, 4, 1, 4, 4096),
+]
+
+
+def _run(name: str, tp: int, pp: int, cp: int, ep: int, seq: int, recompute: str = "none",
+         mbs: int = 2) -> RunSpec:
+    dp = 8
+    strategy = Strategy(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, micro_batch_size=mbs, global_batch_size=mbs * dp * 4,
+                        sequence_parallel=tp > 1, recompute=recompute)
+    cluster = ClusterSpec(gpu=get_gpu("h100-sxm5-80gb"), num_gpus=tp * pp * cp * dp, gpus_per_node=8)
+    return RunSpec(model=get_model(name), cluster=cluster, strategy=strategy, seq_length=seq)
+
+
+def _decomposed_flops_per_microbatch(run: RunSpec) -> float:
+    """Whole-model FLOPs of one micro-batch: every stage's per-GPU ops times the tp x cp GPUs sharing them."""
+    s = run.strategy
+    per_gpu = sum(op.total_flops for stage in range(s.pp) for op in stage_ops(run, stage))
+    return per_gpu * s.tp * s.cp
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_flops_conservation(case: tuple, recompute: str) -> None:
+    run = _run(*case, recompute=recompute)
+    b, seq = run.strategy.micro_batch_size, run.seq_length
+    closed = 3 * forward_flops_per_token(run.model, seq, causal=True) * b * seq
+    closed += recompute_flops_per_step(run.model, run.strategy, seq, b, causal=True)
+    assert _decomposed_flops_per_microbatch(run) == pytest.approx(closed, rel=0.005)
+
+
+def test_closed_form_matches_narayanan_for_gpt() -> None:
+    """72 B s l h^2 (1 + s/(6h) + V/(12 l h)) per step (contract definition, full attention)."""
+    from costmodel.flops import model_flops_per_step
+
+    m = get_model("gpt3-175b")
+    B, s, l, h, V = 1536, 2048, m.num_layers, m.hidden_size, m.vocab_size
+    narayanan = 72 * B * s * l * h**2 * (1 + s / (6 * h) + V / (12 * l * h))
+    assert model_flops_per_step(m, s, B) == pytest.approx(narayanan, rel=0.001)
+
+
+def test_backward_gemms_have_their_own_shapes() -> None:
+    run = _run("llama3.1-70b", 8, 1, 1, 1, 4096, mbs=1)
+    ops = {op.name: op for op in layer_ops(run.model, run.strategy, run.seq_length)}
+    tokens, h = 4096, 8192
+    n_qkv = (64 // 8) * 128 + 2 * 1 * 128  # 8 query heads and 1 KV head per GPU
+    assert ops["qkv_proj.fwd"].shape == (tokens, n_qkv, h)
+    assert ops["qkv_proj.dgrad"].shape == (tokens, h, n_qkv)
+    assert ops["qkv_proj.wgrad"].shape == (n_qkv, h, tokens)
+    assert ops["mlp.up.fwd"].shape == (tokens, 2 * 28672 // 8, h)
+    assert ops["mlp.down.wgrad"].shape == (h, 28672 // 8, tokens)
+
+
+def test_sequence_parallel_shards_norms_only() -> None:
+    run = _run("llama3.1-8b", 4, 1, 1, 1, 4096, mbs=1)
+    ops = {op.name: op for op in layer_ops(run.model, run.strategy, run.seq_length)}
+    assert ops["input_norm.fwd"].shape == (4096 * 4096 // 4,)
+    assert ops["qkv_proj.fwd"].shape[0] == 4096
+
+
+def test_moe_experts_are_grouped_and_balanced() -> None:
+    run = _run("mixtral-8x7b", 1, 1, 1, 4, 4096, mbs=1)
+    ops = {op.name: op for op in layer_ops(run.model, run.strategy, run.seq_length, moe=True)}
+    up = ops["moe.experts.up.fwd"]
+    assert up.count == 2  # 8 experts over ep=4
+    assert up.shape[0] == 4096 * 2 // 2  # top-2 tokens spread over the 2 local experts
+    assert ops["moe.router.fwd"].shape == (4096, 8, 4096)
+
+
+def test_recompute_adds_forward_ops() -> None:
+    none = layer_ops(get_model("llama3.1-8b"), Strategy(recompute="none"), 2048)
+    full = layer_ops(get_model("llama3.1-8b"), Strategy(recompute="full"), 2048)
+    selective = layer_ops(get_model("llama3.1-8b"), Strategy(recompute="selective"), 2048)
+    assert [op.name for op in selective if op.phase == "recompute"] == ["attention.recompute"]
+    assert sum(op.phase == "recompute" for op in full) == sum(op.phase == "fwd" for op in none)
