@@ -31,3 +31,15 @@ def step_time_interval(step_time_s: float) -> list[float] | None:
     if not q:
         return None
     return [step_time_s * math.exp(q["log_ratio_q10"]), step_time_s * math.exp(q["log_ratio_q90"])]
+
+
+def framework_overhead() -> tuple[float, float]:
+    """(compute_scale, layer_overhead_s) fitted on the public runs; (1, 0) when not calibrated.
+
+    ``compute_scale`` stretches the timed operators (sustained clocks and kernel
+    gaps of a real training loop against isolated-kernel tables);
+    ``layer_overhead_s`` is a fixed cost per layer and micro-batch (launch and
+    framework work that small kernels cannot hide).
+    """
+    f = calibration().get("framework") or {}
+    return float(f.get("compute_scale", 1.0)), float(f.get("layer_overhead_s", 0.0))

@@ -14,10 +14,15 @@ backward earlier hide part of that tail behind the pipeline drain.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from constraints.memory import params_on_gpu
 from costmodel.analytic import attention_backward_ratio
+from costmodel.calibration import framework_overhead
 from costmodel.comm import collective_seconds, group_placement
 from costmodel.compute import StageCompute, pipeline_compute
 from costmodel.flops import model_flops_per_step
@@ -43,6 +48,7 @@ class StageTimes:
     cp_s: float
     ep_s: float
     zero3_s: float
+    overhead_s: float = 0.0  # calibrated framework overhead per micro-batch
 
     @property
     def exposed_comm_s(self) -> float:
@@ -55,7 +61,7 @@ class StageTimes:
 
     @property
     def backward_s(self) -> float:
-        return self.compute.backward_s + self.exposed_comm_s
+        return self.compute.backward_s + self.exposed_comm_s + self.overhead_s
 
 
 @dataclass(frozen=True)
@@ -68,11 +74,9 @@ class StepPrediction:
     notes: tuple[str, ...] = field(default=())
 
 
-def _intra(timer: OperatorTimer):  # type: ignore[no-untyped-def]
-    predictors = timer.predictors
-    if predictors is None or not any(f.startswith("nccl") for f in predictors.families):
-        return None
-    return predictors.predict_collective
+def _intra(timer: OperatorTimer) -> Callable[[str, Any, Any], tuple[np.ndarray, np.ndarray]] | None:
+    """The profile's measured intra-node collective predictor (memoised by the timer), if it has one."""
+    return timer.intra_collective if timer.has_collectives else None
 
 
 def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: float,
@@ -109,8 +113,9 @@ def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers:
         g = group_placement("dp_cp", s, cluster)
         dense, _ = params_on_gpu(run, stage.stage)
         layer_params = dense / max(layers, 1e-9)
-        gather = collective_seconds("all_gather", layer_params * BF16 * s.dp * s.cp, g, gpu, intra)
-        scatter = collective_seconds("reduce_scatter", layer_params * GRAD_REDUCE_BYTES * s.dp * s.cp, g, gpu, intra)
+        # nccl-tests convention: the message is the whole gathered (or reduced) layer
+        gather = collective_seconds("all_gather", layer_params * BF16, g, gpu, intra)
+        scatter = collective_seconds("reduce_scatter", layer_params * GRAD_REDUCE_BYTES, g, gpu, intra)
         per_layer_fwd = stage.forward_s / max(layers, 1e-9)
         per_layer_bwd = stage.backward_s / max(layers, 1e-9)
         z3 = layers * (max(0.0, gather - per_layer_fwd) + max(0.0, gather + scatter - per_layer_bwd))
@@ -150,8 +155,13 @@ def _p2p_seconds(run: RunSpec, timer: OperatorTimer) -> float:
                               _intra(timer))
 
 
-def predict_step(run: RunSpec, timer: OperatorTimer) -> StepPrediction:
-    """Seconds of one optimizer step of ``run`` and where they go."""
+def predict_step(run: RunSpec, timer: OperatorTimer,
+                 framework: tuple[float, float] | None = None) -> StepPrediction:
+    """Seconds of one optimizer step of ``run`` and where they go.
+
+    ``framework`` overrides the calibrated ``(compute_scale, layer_overhead_s)``
+    (used when fitting the calibration itself).
+    """
     s = run.strategy
     m = s.num_microbatches
     computes = pipeline_compute(run, timer)
@@ -159,10 +169,13 @@ def predict_step(run: RunSpec, timer: OperatorTimer) -> StepPrediction:
     moe_layers = layers * run.model.num_moe_layers / run.model.num_layers
     stages: list[StageTimes] = []
     cache: dict[int, StageTimes] = {}
+    scale, per_layer = framework_overhead() if framework is None else framework
+    passes = 2 if s.recompute == "full" else 1  # a full-recompute layer runs its forward twice
     for st in range(s.pp):
         c = computes[st]
         if id(c) not in cache:
-            cache[id(c)] = StageTimes(c, *_layer_comm(run, timer, c, layers, moe_layers))
+            overhead = (scale - 1.0) * (c.forward_s + c.backward_s) + per_layer * layers * passes
+            cache[id(c)] = StageTimes(c, *_layer_comm(run, timer, c, layers, moe_layers), overhead_s=overhead)
         stages.append(cache[id(c)])
     name = schedule_name(s.pp, s.vpp)
     flush: PipelineTime = SCHEDULES[name]([t.forward_s for t in stages], [t.backward_s for t in stages],
@@ -188,7 +201,7 @@ def predict_step(run: RunSpec, timer: OperatorTimer) -> StepPrediction:
         "pp_bubble_s": flush.bubble_s,
         "dp_comm_exposed_s": m * k.zero3_s + (tail - optimizer),
         "optimizer_s": optimizer,
-        "other_s": 0.0,
+        "other_s": m * k.overhead_s,
     }
     notes = tuple(sorted({n for t in stages for n in t.compute.notes}))
     return StepPrediction(step_time_s=sum(breakdown.values()), breakdown=breakdown, schedule=name, notes=notes)

@@ -77,6 +77,7 @@ class OperatorTimer:
     gpu: GPUSpec
     predictors: Predictors | None = None
     _memo: dict[tuple[Any, ...], tuple[float, str, str | None]] = field(default_factory=dict, repr=False)
+    _comm_memo: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
 
     @property
     def profile_name(self) -> str | None:
@@ -84,6 +85,24 @@ class OperatorTimer:
 
     def _has(self, family: str) -> bool:
         return self.predictors is not None and family in self.predictors.families
+
+    @property
+    def has_collectives(self) -> bool:
+        return self.predictors is not None and any(f.startswith("nccl") for f in self.predictors.families)
+
+    def intra_collective(self, op: str, num_gpus: Any, message_bytes: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Measured intra-node collective time (memoised); out of range where the profile has no table."""
+        n, b = np.asarray(num_gpus, dtype=float), np.asarray(message_bytes, dtype=float)
+        key = (op, n.tobytes(), b.tobytes(), b.shape)
+        hit = self._comm_memo.get(key)
+        if hit is None:
+            if self.predictors is None or f"nccl_{op}" not in self.predictors.families:
+                shape = np.broadcast(n, b).shape
+                hit = (np.full(shape, np.nan), np.zeros(shape, dtype=bool))
+            else:
+                hit = self.predictors.predict_collective(op, n, b)  # type: ignore[attr-defined]
+            self._comm_memo[key] = hit
+        return hit
 
     @staticmethod
     def _key(op: Op) -> tuple[Any, ...]:

@@ -6,13 +6,14 @@ sampler that proposes the same strategy twice pays once.
 
 Infeasible candidates and Optuna
 --------------------------------
-One mechanism: **Optuna constraints** (``constraints_func`` of ``TPESampler`` and
-``NSGAIISampler``). :func:`optuna_objective` records the evaluation in the
-trial's user attributes (``feasible``, ``reason``, ``violation``, ``strategy``)
-and returns ``inf`` for an infeasible candidate without predicting its time;
-:func:`constraints` reads ``violation`` back, so the samplers rank infeasible
-trials below every feasible one and among themselves by how far they miss
-(GiB over the memory budget, plus one per broken rule). Trials are never pruned.
+One mechanism: **Optuna trial constraints** (``trial.set_constraint``, which
+``TPESampler`` and ``NSGAIISampler`` read; Optuna 5 replaced ``constraints_func``
+with it). :func:`optuna_objective` records the evaluation in the trial's user
+attributes (``feasible``, ``reason``, ``violation``, ``strategy``), sets the
+constraint ``violation`` (<= 0 feasible; else GiB over the memory budget plus one
+per broken rule) and returns ``inf`` for an infeasible candidate without
+predicting its time. The samplers rank infeasible trials below every feasible
+one and among themselves by how far they miss. Trials are never pruned.
 """
 
 from __future__ import annotations
@@ -20,11 +21,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from constraints import check
 from costmodel.compute import distinct_stages
@@ -41,6 +39,8 @@ from search.space import LAYOUT_KNOBS, SearchProblem, StrategySpace, nearest
 INFEASIBLE = math.inf
 """Objective value returned for an infeasible trial (the constraint, not this value, ranks it)."""
 OBJECTIVES = ("time", "pareto")
+CONSTRAINT = "violation"
+"""Name of the Optuna constraint every trial sets (system attribute ``constraints:violation``)."""
 
 
 @dataclass(frozen=True)
@@ -97,45 +97,9 @@ class Evaluation:
         }
 
 
-class _MemoisedCollectives:
-    """Forwards a fitted profile, memoising intra-node collective predictions.
-
-    ``predict_step`` asks the profile for the same few (op, ranks, bytes)
-    collectives for every strategy, and each answer is a forest prediction of
-    about 15 ms; memoised, a warm ``predict_step`` costs about 1 ms. An op the
-    profile has no table for (``send_recv``) is answered "out of range", which
-    makes ``collective_seconds`` use its analytic model, as its contract says,
-    instead of raising.
-    TODO(costmodel): move this memo into ``OperatorTimer`` and drop the wrapper.
-    """
-
-    def __init__(self, predictors: Any) -> None:
-        self._predictors = predictors
-        self._memo: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._predictors, name)
-
-    def predict_collective(self, op: str, num_gpus: Any, message_bytes: Any) -> tuple[np.ndarray, np.ndarray]:
-        sizes = np.asarray(message_bytes, dtype=np.float64)
-        ranks = np.asarray(num_gpus, dtype=np.float64)
-        key = (op, ranks.tobytes(), ranks.shape, sizes.tobytes(), sizes.shape)
-        if key not in self._memo:
-            if f"nccl_{op}" in self._predictors.families:
-                self._memo[key] = self._predictors.predict_collective(op, num_gpus, message_bytes)
-            else:  # no table (e.g. send_recv): out of range, so collective_seconds uses its analytic model
-                shape = np.broadcast_shapes(ranks.shape, sizes.shape)
-                self._memo[key] = (np.full(shape, np.nan), np.zeros(shape, dtype=bool))
-        return self._memo[key]
-
-
-@lru_cache(maxsize=16)
 def search_timer(gpu: GPUSpec, profile_dir: str | None = None) -> OperatorTimer:
-    """The operator timer searches use: ``timer_for(gpu, profile_dir)`` with memoised collectives."""
-    timer = timer_for(gpu, profile_dir)
-    if timer.predictors is None or not hasattr(timer.predictors, "predict_collective"):
-        return timer
-    return OperatorTimer(timer.gpu, _MemoisedCollectives(timer.predictors))
+    """The operator timer searches use (``costmodel.predict.timer_for``, memoised per GPU and profile)."""
+    return timer_for(gpu, profile_dir)
 
 
 class Evaluator:
@@ -245,12 +209,13 @@ def suggest_strategy(trial: Any, space: StrategySpace) -> Strategy:
 
 
 def record(trial: Any, evaluation: Evaluation, space: StrategySpace) -> None:
-    """Store ``evaluation`` in the trial's user attributes (readable in optuna-dashboard)."""
+    """Store ``evaluation`` in the trial's user attributes (readable in optuna-dashboard) and its constraint."""
     trial.set_user_attr("strategy", space.knobs_of(evaluation.strategy))
     trial.set_user_attr("feasible", evaluation.feasible)
     trial.set_user_attr("reason", evaluation.reason)
     trial.set_user_attr("violation", evaluation.violation)
     trial.set_user_attr("peak_memory_gib", evaluation.peak_memory_gib)
+    trial.set_constraint(CONSTRAINT, evaluation.violation)
     if evaluation.feasible:
         trial.set_user_attr("step_time_s", evaluation.step_time_s)
         trial.set_user_attr("tokens_per_s_per_gpu", evaluation.tokens_per_s_per_gpu)
@@ -277,11 +242,6 @@ def optuna_objective(evaluator: Evaluator, space: StrategySpace,
         return objective_values(evaluation, objective)
 
     return run_trial
-
-
-def constraints(trial: Any) -> list[float]:
-    """Optuna ``constraints_func``: one value, feasible when <= 0 (see the module docstring)."""
-    return [float(trial.user_attrs.get("violation", 0.0))]
 
 
 def strategy_from_attrs(attrs: Mapping[str, Any], space: StrategySpace) -> Strategy:

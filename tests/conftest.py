@@ -20,3 +20,11 @@ BASE_RUN: dict[str, Any] = {
 def base_run() -> dict[str, Any]:
     """A legal, fitting run spec mapping that tests may modify."""
     return copy.deepcopy(BASE_RUN)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Fitted predictors go to a per-session cache, never the user's ~/.cache."""
+    import os
+
+    os.environ.setdefault("PARPLAN_CACHE_DIR", str(tmp_path_factory.mktemp("parplan-cache")))

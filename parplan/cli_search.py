@@ -1,0 +1,296 @@
+"""``parplan search``: parse, call the search library, print, return an exit code.
+
+``register(subparsers)`` adds the subcommand to ``parplan.cli``'s parser; the
+subcommand's ``func(args)`` returns 0 (found), 2 (bad input: ``SpecError``,
+reported by ``parplan.cli.main``) or 3 (nothing feasible; the output says what
+would make it feasible).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from functools import partial
+from typing import Any
+
+from threadpoolctl import threadpool_limits
+
+from costmodel.specs.catalog import get_gpu, get_model
+from costmodel.specs.errors import SpecError
+from search import (
+    KNOBS,
+    Budget,
+    BudgetPlan,
+    SearchProblem,
+    SearchResult,
+    contract_prediction,
+    explain_infeasible,
+    gpu_counts,
+    parse_knob_value,
+    plan_counts,
+    run_search,
+    strategy_label,
+)
+from search.budget import human_days
+from search.exporters import EXPORTERS, get_exporter
+from search.samplers import SAMPLERS
+
+EXIT_OK, EXIT_INFEASIBLE = 0, 3
+# Llama 3 trained 405B with an initial batch of 4M tokens (Dubey et al. 2024, arXiv:2407.21783, section 3.4.1).
+DEFAULT_BATCH_TOKENS = 4 * 1024**2
+OBJECTIVES = ("time", "cost", "pareto")
+BREAKDOWN_COLUMNS = (("compute_s", "compute"), ("tp_comm_s", "tp"), ("cp_comm_s", "cp"), ("ep_comm_s", "ep"),
+                     ("pp_comm_s", "pp"), ("pp_bubble_s", "bubble"), ("dp_comm_exposed_s", "dp"),
+                     ("optimizer_s", "optim"))
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``search`` subcommand to ``subparsers`` (an ``argparse`` sub-parser action)."""
+    p = subparsers.add_parser(
+        "search", help="find the fastest (or cheapest) parallelism strategy",
+        description="Search the legal parallelism strategies of a model on a GPU cluster: rules and the memory "
+                    "model prune, the cost model times the rest. Exit code 3 when nothing fits.")
+    what = p.add_argument_group("problem")
+    what.add_argument("--model", required=True, help="catalog model name (see `parplan catalog models`)")
+    what.add_argument("--gpu", required=True, help="catalog GPU name (see `parplan catalog gpus`)")
+    count = what.add_mutually_exclusive_group(required=True)
+    count.add_argument("--gpus", metavar="N[,N...]", help="GPU count, or a comma list of counts to compare")
+    count.add_argument("--max-gpus", type=int, metavar="N",
+                       help="compare every power-of-two count up to N (whole nodes above one node)")
+    what.add_argument("--gpus-per-node", type=int, default=None, help="default: the GPU catalog's node size")
+    what.add_argument("--global-batch-size", type=int, default=None,
+                      help="sequences per step (default: about 4M tokens, as Llama 3 started with)")
+    what.add_argument("--seq-length", type=int, default=None, help="default: the model's")
+    knobs = p.add_argument_group("space")
+    knobs.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
+                       help=f"hold a knob at one value, e.g. tp=8 (knobs: {', '.join(KNOBS)})")
+    knobs.add_argument("--allow", action="append", default=[], metavar="KNOB=V1,V2",
+                       help="restrict a knob to values, e.g. recompute=none,selective")
+    for knob, default in (("tp", None), ("pp", None), ("cp", 16), ("ep", None), ("vpp", 8),
+                          ("micro-batch-size", 8)):
+        knobs.add_argument(f"--max-{knob}", type=int, default=default, metavar="N",
+                           help=f"upper bound on {knob} (default: {default or 'divisibility only'})")
+    how = p.add_argument_group("search")
+    how.add_argument("--objective", choices=OBJECTIVES, default="time",
+                     help="time: fastest step; cost: fewest GPU-hours per token over the GPU counts; "
+                          "pareto: step time vs peak memory front (NSGA-II)")
+    how.add_argument("--sampler", choices=SAMPLERS, default=None,
+                     help="default tpe (nsga2 for --objective pareto); exhaustive sweeps every legal strategy")
+    how.add_argument("--trials", type=int, default=None, help="trials in total (default 200; 300 for nsga2)")
+    how.add_argument("--seed", type=int, default=0)
+    how.add_argument("--jobs", type=int, default=-1, help="processes for the exhaustive sweep (default: all CPUs)")
+    how.add_argument("--top", type=int, default=5, help="strategies to list")
+    how.add_argument("--profile", metavar="DIR", default=None, help="a profile directory from `parplan profile`")
+    how.add_argument("--storage", default=None, help="Optuna storage URL (e.g. sqlite:///search.db, postgresql://...)")
+    how.add_argument("--study-name", default=None,
+                     help="study name; alone, trials go to the SQLite file NAME.db; re-running resumes")
+    money = p.add_argument_group("budget")
+    money.add_argument("--tokens", type=float, default=None, help="training tokens, e.g. 1.5e13")
+    money.add_argument("--price-per-gpu-hour", type=float, default=None, metavar="USD")
+    money.add_argument("--deadline-days", type=float, default=None,
+                       help="pick the cheapest GPU count that trains --tokens within this many days")
+    out = p.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print only JSON")
+    out.add_argument("--export", action="append", default=[], metavar="FORMAT",
+                     help=f"write launcher settings of the best strategy ({', '.join(EXPORTERS)}); repeatable")
+    out.add_argument("--out", default=".", metavar="DIR", help="directory for --export files (default: .)")
+    p.set_defaults(func=cmd_search)
+
+
+# -- parsing ------------------------------------------------------------------------------------
+def _pairs(items: list[str], flag: str) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise SpecError(flag, item, "KNOB=VALUE")
+        knob, value = item.split("=", 1)
+        out.append((knob.strip().replace("-", "_"), value))
+    return out
+
+
+def problem_from_args(args: argparse.Namespace, num_gpus: int) -> SearchProblem:
+    """The search problem the arguments describe, on ``num_gpus`` GPUs."""
+    model, gpu = get_model(args.model), get_gpu(args.gpu)
+    seq = args.seq_length or model.seq_length
+    batch = args.global_batch_size or max(1, round(DEFAULT_BATCH_TOKENS / seq))
+    fixed = {k: parse_knob_value(k, v) for k, v in _pairs(args.fix, "fix")}
+    allowed = {k: tuple(parse_knob_value(k, x) for x in v.split(",") if x.strip())
+               for k, v in _pairs(args.allow, "allow")}
+    return SearchProblem(model=model, gpu=gpu, num_gpus=num_gpus, global_batch_size=batch, seq_length=seq,
+                         gpus_per_node=args.gpus_per_node, fixed=fixed, allowed=allowed,
+                         max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_ep=args.max_ep,
+                         max_vpp=args.max_vpp, max_micro_batch_size=args.max_micro_batch_size)
+
+
+def _counts(args: argparse.Namespace) -> list[int]:
+    if args.max_gpus is not None:
+        node = args.gpus_per_node or get_gpu(args.gpu).gpus_per_node
+        counts = gpu_counts(args.max_gpus, node)
+        if not counts:
+            raise SpecError("max-gpus", args.max_gpus, "at least 1")
+        return counts
+    try:
+        return [int(x) for x in str(args.gpus).split(",") if x.strip()]
+    except ValueError:
+        raise SpecError("gpus", args.gpus, "an integer or a comma list of integers") from None
+
+
+# -- the command --------------------------------------------------------------------------------
+def cmd_search(args: argparse.Namespace) -> int:
+    """Run ``parplan search``; see :func:`register` for the arguments."""
+    sampler = args.sampler or ("nsga2" if args.objective == "pareto" else "tpe")
+    objective = "pareto" if args.objective == "pareto" else "time"
+    budget = Budget(tokens=args.tokens, price_per_gpu_hour=args.price_per_gpu_hour, deadline_days=args.deadline_days)
+    for name in args.export:
+        for part in name.split(","):
+            get_exporter(part.strip())
+    counts = _counts(args)
+    search = partial(_search_one, args=args, sampler=sampler, objective=objective, many=len(counts) > 1)
+    with threadpool_limits(limits=1):
+        if len(counts) == 1 and args.objective != "cost" and args.deadline_days is None:
+            return _single(args, search(problem_from_args(args, counts[0])), budget)
+        plan = plan_counts(problem_from_args(args, counts[0]), counts, budget, search)
+        return _plan(args, plan)
+
+
+def _search_one(problem: SearchProblem, *, args: argparse.Namespace, sampler: str, objective: str,
+                many: bool) -> SearchResult:
+    name = args.study_name
+    if name is not None and many:
+        name = f"{name}-{problem.num_gpus}gpus"
+    return run_search(problem, sampler=sampler, objective=objective, n_trials=args.trials, seed=args.seed,
+                      profile_dir=args.profile, storage=args.storage, study_name=name, n_jobs=args.jobs)
+
+
+def _exports(args: argparse.Namespace, result: SearchResult) -> list[dict[str, Any]]:
+    best = result.best
+    if best is None:
+        return []
+    written = []
+    for name in (p.strip() for n in args.export for p in n.split(",")):
+        exporter = get_exporter(name)
+        path = exporter.write(best.strategy, result.problem, args.out)
+        written.append({"format": name, "path": str(path), "notes": exporter.notes(best.strategy)})
+    return written
+
+
+def _single(args: argparse.Namespace, result: SearchResult, budget: Budget) -> int:
+    if result.best is None:
+        why = explain_infeasible(result)
+        if args.json:
+            out = result.to_json(args.top)
+            out["infeasible"] = why.to_json() | {"explanation": why.lines(result.problem)}
+            print(json.dumps(out, indent=2))
+        else:
+            print("\n".join(why.lines(result.problem)))
+        return EXIT_INFEASIBLE
+    exports = _exports(args, result)
+    if args.json:
+        out = result.to_json(args.top)
+        if exports:
+            out["exports"] = exports
+        print(json.dumps(out, indent=2))
+        return EXIT_OK
+    _print_result(result, args.top)
+    _print_exports(exports)
+    return EXIT_OK
+
+
+def _plan(args: argparse.Namespace, plan: BudgetPlan) -> int:
+    objective = "cost" if args.objective == "cost" else "time"
+    chosen = plan.recommended(objective)
+    trials = sum(r.result.trials for r in plan.rows)
+    if args.json:
+        out: dict[str, Any] = {
+            "problem": plan.rows[0].result.problem.describe() | {"num_gpus": [r.num_gpus for r in plan.rows]},
+            "plan": plan.to_json(objective),
+            "best": None, "top": [],
+            "trials": trials, "feasible": sum(len(r.result.feasible) for r in plan.rows),
+            "elapsed_s": sum(r.result.elapsed_s for r in plan.rows),
+        }
+        if chosen is not None:
+            best = chosen.result.best
+            assert best is not None
+            out["best"] = {"num_gpus": chosen.num_gpus, "strategy": best.strategy.to_dict(),
+                           "prediction": contract_prediction(chosen.result.problem, best.strategy,
+                                                             chosen.result.profile_dir)}
+            out["top"] = [e.to_dict() for e in chosen.result.top(args.top)]
+            if exports := _exports(args, chosen.result):
+                out["exports"] = exports
+        else:
+            out["explanation"] = _plan_failure(plan)
+        print(json.dumps(out, indent=2))
+        return EXIT_OK if chosen is not None else EXIT_INFEASIBLE
+    _print_plan(plan, objective)
+    if chosen is None:
+        print("\n".join(_plan_failure(plan)))
+        return EXIT_INFEASIBLE
+    print()
+    _print_result(chosen.result, args.top)
+    _print_exports(_exports(args, chosen.result))
+    return EXIT_OK
+
+
+def _plan_failure(plan: BudgetPlan) -> list[str]:
+    if not plan.feasible:
+        last = plan.rows[-1].result
+        return explain_infeasible(last).lines(last.problem) if last.trials else \
+            [f"No legal strategy on any of {', '.join(str(r.num_gpus) for r in plan.rows)} GPUs."]
+    fastest = plan.fastest
+    assert fastest is not None
+    return [f"No GPU count meets the {plan.budget.deadline_days:g}-day deadline: the fastest, "
+            f"{fastest.num_gpus} GPUs, needs {human_days(fastest.days)} days. Allow more GPUs (--max-gpus) "
+            f"or more days."]
+
+
+# -- printing -----------------------------------------------------------------------------------
+def _table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+    for row in [header, ["-" * w for w in widths], *rows]:
+        print("  ".join(x.ljust(w) if i < 2 else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths))).rstrip())
+
+
+def _print_result(result: SearchResult, top: int) -> None:
+    p = result.problem
+    print(f"{p.model.name} on {p.num_gpus} x {p.gpu.name}, global batch {p.global_batch_size} x "
+          f"{p.seq_length} tokens")
+    rows = []
+    ranked = result.pareto_front() if result.objective == "pareto" else result.top(top)
+    for i, e in enumerate(ranked, 1):
+        b = dict(e.breakdown)
+        rows.append([str(i), strategy_label(e.strategy), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:.0f}",
+                     f"{e.mfu:.3f}", f"{e.peak_memory_gib:.1f}"] + [f"{b.get(k, 0.0):.3f}" for k, _ in BREAKDOWN_COLUMNS])
+    _table(rows, ["#", "strategy", "step s", "tok/s/GPU", "MFU", "mem GiB"] + [h for _, h in BREAKDOWN_COLUMNS])
+    if result.objective == "pareto":
+        print("(Pareto front: each row is faster than the next or needs less memory)")
+    for line in result.why_not():
+        print(f"why not {line}")
+    print(f"{result.trials} trials ({len(result.distinct)} distinct, {len(result.feasible)} feasible), "
+          f"{result.sampler}, {result.elapsed_s:.1f} s")
+
+
+def _print_plan(plan: BudgetPlan, objective: str) -> None:
+    rows = []
+    for r in plan.rows:
+        best = r.result.best
+        rows.append([str(r.num_gpus), "-" if best is None else strategy_label(best.strategy),
+                     "-" if r.step_time_s is None else f"{r.step_time_s:.3f}",
+                     "-" if best is None else f"{best.tokens_per_s_per_gpu:.0f}",
+                     "-" if best is None else f"{best.mfu:.3f}",
+                     "-" if r.gpu_hours_per_million_tokens is None else f"{r.gpu_hours_per_million_tokens:.2f}",
+                     human_days(r.days), "-" if r.cost is None else f"{r.cost:,.0f}",
+                     {True: "yes", False: "no", None: "-"}[r.meets_deadline]])
+    _table(rows, ["GPUs", "best strategy", "step s", "tok/s/GPU", "MFU", "GPU-h/Mtok", "days", "cost", "deadline"])
+    named = [("fastest", plan.fastest), ("cheapest (most tokens per dollar)", plan.cheapest)]
+    if plan.budget.deadline_days is not None:
+        named.append((f"cheapest within {plan.budget.deadline_days:g} days", plan.cheapest_within_deadline))
+    for label, row in named:
+        print(f"{label}: {'-' if row is None else f'{row.num_gpus} GPUs'}")
+
+
+def _print_exports(exports: list[dict[str, Any]]) -> None:
+    for e in exports:
+        print(f"wrote {e['path']}")
+        for note in e["notes"]:
+            print(f"  note: {note}", file=sys.stderr)

@@ -1,0 +1,44 @@
+"""DeepSpeed JSON config: batch sizes, ZeRO stage, precision and AutoTP degree."""
+
+from __future__ import annotations
+
+import json
+
+from costmodel.specs.strategy import Strategy
+from search.exporters._base import Exporter
+from search.space import SearchProblem
+
+
+class DeepSpeedExporter(Exporter):
+    """``deepspeed_config.json`` for ``deepspeed.initialize(config=...)``.
+
+    DeepSpeed's JSON has no pipeline, context or expert degree (they are set in
+    code: ``PipelineModule(num_stages=...)``, the sequence-parallel ``mpu``, the
+    MoE layer's ``ep_size``); those come back as notes.
+    """
+
+    name = "deepspeed"
+    filename = "deepspeed_config.json"
+
+    def carried(self, strategy: Strategy) -> frozenset[str]:
+        out = {"tp", "dp", "micro_batch_size", "global_batch_size", "zero_stage"}
+        if strategy.precision != "fp8":
+            out.add("precision")
+        return frozenset(out)
+
+    def render(self, strategy: Strategy, problem: SearchProblem) -> str:
+        s = strategy
+        config = {
+            "train_batch_size": s.global_batch_size,
+            "train_micro_batch_size_per_gpu": s.micro_batch_size,
+            "gradient_accumulation_steps": s.global_batch_size // (s.micro_batch_size * s.dp),
+            "zero_optimization": {"stage": s.zero_stage, "overlap_comm": s.overlap_grad_reduce},
+            "bf16": {"enabled": s.precision in ("bf16", "fp8")},
+            "fp16": {"enabled": s.precision == "fp16"},
+            "tensor_parallel": {"autotp_size": s.tp},
+            "gradient_clipping": 1.0,
+        }
+        if s.recompute != "none":
+            config["activation_checkpointing"] = {"partition_activations": s.tp > 1,
+                                                  "contiguous_memory_optimization": False}
+        return json.dumps(config, indent=2) + "\n"

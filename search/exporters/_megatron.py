@@ -1,0 +1,105 @@
+"""Megatron-LM ``pretrain_gpt.py`` arguments, one flag (with its value) per line."""
+
+from __future__ import annotations
+
+from costmodel.specs.model import ModelSpec
+from costmodel.specs.strategy import Strategy
+from search.exporters._base import Exporter, header
+from search.space import SearchProblem
+
+# ZeRO stage -> Megatron-Core sharding: the distributed optimizer shards optimizer states
+# (ZeRO-1); Megatron-FSDP's --data-parallel-sharding-strategy adds gradients / parameters.
+FSDP_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+
+
+def strategy_args(strategy: Strategy, model: ModelSpec) -> list[list[str]]:
+    """The parallelism, batch, recompute and precision arguments, grouped per flag."""
+    s = strategy
+    args = [
+        ["--tensor-model-parallel-size", str(s.tp)],
+        ["--pipeline-model-parallel-size", str(s.pp)],
+        ["--context-parallel-size", str(s.cp)],
+        ["--expert-model-parallel-size", str(s.ep)],
+        ["--micro-batch-size", str(s.micro_batch_size)],
+        ["--global-batch-size", str(s.global_batch_size)],
+    ]
+    if s.vpp > 1:
+        args.append(["--num-layers-per-virtual-pipeline-stage", str(model.num_layers // (s.pp * s.vpp))])
+    if s.sequence_parallel:
+        args.append(["--sequence-parallel"])
+    if s.recompute != "none":
+        args.append(["--recompute-granularity", s.recompute])
+        if s.recompute == "full":
+            args.append(["--recompute-method", "uniform"])
+            args.append(["--recompute-num-layers", "1"])
+    if s.zero_stage >= 1:
+        args.append(["--use-distributed-optimizer"])
+    if s.zero_stage >= 2:
+        args.append(["--use-megatron-fsdp"])
+        args.append(["--data-parallel-sharding-strategy", FSDP_SHARDING[s.zero_stage]])
+    if s.precision == "fp16":
+        args.append(["--fp16"])
+    else:
+        args.append(["--bf16"])
+    if s.precision == "fp8":
+        args.append(["--fp8-format", "hybrid"])
+    if s.flash_attention:
+        args.append(["--attention-backend", "flash"])
+    if s.tp_comm_overlap:
+        args.append(["--tp-comm-overlap"])
+    if s.overlap_grad_reduce:
+        args.append(["--overlap-grad-reduce"])
+    if s.overlap_param_gather and s.zero_stage >= 1:
+        args.append(["--overlap-param-gather"])
+    return args
+
+
+def model_args(model: ModelSpec, seq_length: int) -> list[list[str]]:
+    """Architecture arguments of ``model`` (the run's shape, so the command is complete)."""
+    args = [
+        ["--num-layers", str(model.num_layers)],
+        ["--hidden-size", str(model.hidden_size)],
+        ["--ffn-hidden-size", str(model.ffn_hidden_size)],
+        ["--num-attention-heads", str(model.num_attention_heads)],
+        ["--seq-length", str(seq_length)],
+        ["--max-position-embeddings", str(max(seq_length, model.max_position_embeddings or 0))],
+        ["--normalization", "RMSNorm" if model.normalization == "rmsnorm" else "LayerNorm"],
+        ["--position-embedding-type", "rope" if model.position_embedding == "rope" else "learned_absolute"],
+    ]
+    if model.num_query_groups != model.num_attention_heads:
+        args += [["--group-query-attention"], ["--num-query-groups", str(model.num_query_groups)]]
+    if model.activation == "swiglu":
+        args.append(["--swiglu"])
+    if not model.tie_embeddings:
+        args.append(["--untie-embeddings-and-output-weights"])
+    if not model.add_bias_linear:
+        args.append(["--disable-bias-linear"])
+    if model.is_moe:
+        args += [["--num-experts", str(model.num_experts)], ["--moe-router-topk", str(model.moe_router_topk)]]
+        if model.moe_ffn_hidden_size != model.ffn_hidden_size:
+            args.append(["--moe-ffn-hidden-size", str(model.moe_ffn_hidden_size)])
+    return args
+
+
+def megatron_argv(strategy: Strategy, problem: SearchProblem) -> list[list[str]]:
+    """Every argument of the recommended ``pretrain_gpt.py`` command, grouped per flag."""
+    return strategy_args(strategy, problem.model) + model_args(problem.model, problem.seq_length)
+
+
+class MegatronExporter(Exporter):
+    """``megatron_args.txt``: pass as ``pretrain_gpt.py $(grep -v '^#' megatron_args.txt)``."""
+
+    name = "megatron"
+    filename = "megatron_args.txt"
+
+    def carried(self, strategy: Strategy) -> frozenset[str]:
+        return frozenset({"tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size",
+                          "sequence_parallel", "recompute", "zero_stage", "precision", "flash_attention",
+                          "tp_comm_overlap", "overlap_grad_reduce"}
+                         | ({"overlap_param_gather"} if strategy.zero_stage >= 1 else set()))
+
+    def render(self, strategy: Strategy, problem: SearchProblem) -> str:
+        lines = [" ".join(group) for group in megatron_argv(strategy, problem)]
+        return (header(problem, strategy)
+                + f"# Launch {problem.num_gpus} ranks (dp={strategy.dp} is implied by the world size).\n"
+                + "\n".join(lines) + "\n")

@@ -1,0 +1,57 @@
+"""NeMo 2 / Megatron-Bridge recipe overrides (YAML, nested as the recipe's ConfigContainer)."""
+
+from __future__ import annotations
+
+import yaml
+
+from costmodel.specs.strategy import Strategy
+from search.exporters._base import Exporter, header
+from search.exporters._megatron import FSDP_SHARDING
+from search.space import SearchProblem
+
+MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed"}
+
+
+class NeMoExporter(Exporter):
+    """``megatron_bridge_overrides.yaml``: pass with ``--config-file`` or flatten to ``key=value`` overrides."""
+
+    name = "nemo"
+    filename = "megatron_bridge_overrides.yaml"
+
+    def carried(self, strategy: Strategy) -> frozenset[str]:
+        return frozenset({"tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size",
+                          "sequence_parallel", "recompute", "zero_stage", "precision", "tp_comm_overlap",
+                          "overlap_grad_reduce", "overlap_param_gather"})
+
+    def render(self, strategy: Strategy, problem: SearchProblem) -> str:
+        s = strategy
+        model = {
+            "tensor_model_parallel_size": s.tp,
+            "pipeline_model_parallel_size": s.pp,
+            "virtual_pipeline_model_parallel_size": s.vpp if s.vpp > 1 else None,
+            "context_parallel_size": s.cp,
+            "expert_model_parallel_size": s.ep,
+            "sequence_parallel": s.sequence_parallel,
+            "seq_length": problem.seq_length,
+            "recompute_granularity": None if s.recompute == "none" else s.recompute,
+        }
+        if s.recompute == "full":
+            model.update({"recompute_method": "uniform", "recompute_num_layers": 1})
+        ddp = {
+            "use_distributed_optimizer": s.zero_stage >= 1,
+            "overlap_grad_reduce": s.overlap_grad_reduce,
+            "overlap_param_gather": s.overlap_param_gather,
+        }
+        if s.zero_stage >= 2:
+            ddp.update({"use_megatron_fsdp": True, "data_parallel_sharding_strategy": FSDP_SHARDING[s.zero_stage]})
+        data = {
+            "model": model,
+            "train": {"micro_batch_size": s.micro_batch_size, "global_batch_size": s.global_batch_size},
+            "ddp": ddp,
+            "optimizer": {"use_distributed_optimizer": s.zero_stage >= 1},
+            "mixed_precision": MIXED_PRECISION[s.precision],
+            "comm_overlap": {"tp_comm_overlap": s.tp_comm_overlap},
+            "trainer": {"num_nodes": problem.cluster.num_nodes,
+                        "devices": min(problem.num_gpus, problem.cluster.gpus_per_node)},
+        }
+        return header(problem, s) + yaml.safe_dump(data, sort_keys=False)

@@ -1,0 +1,31 @@
+"""Exporters by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from costmodel.specs.errors import SpecError
+from costmodel.specs.strategy import Strategy
+from search.exporters._base import Exporter
+from search.exporters._deepspeed import DeepSpeedExporter
+from search.exporters._megatron import MegatronExporter
+from search.exporters._nemo import NeMoExporter
+from search.exporters._slurm import SlurmExporter
+from search.exporters._torchtitan import TorchtitanExporter
+from search.space import SearchProblem
+
+EXPORTERS: dict[str, Exporter] = {e.name: e for e in (MegatronExporter(), TorchtitanExporter(), DeepSpeedExporter(),
+                                                     NeMoExporter(), SlurmExporter())}
+
+
+def get_exporter(name: str) -> Exporter:
+    if name not in EXPORTERS:
+        raise SpecError("export", name, "one of " + ", ".join(EXPORTERS))
+    return EXPORTERS[name]
+
+
+def export(name: str, strategy: Strategy, problem: SearchProblem, out_dir: str | Path) -> Path:
+    """Write the ``name`` export of ``strategy`` into ``out_dir``; returns the file's path."""
+    return get_exporter(name).write(strategy, problem, out_dir)
+
+

@@ -1,0 +1,202 @@
+"""What a search found: ranked strategies, the Pareto front, why-not lines and the contract JSON."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from constraints import check
+from costmodel.calibration import step_time_interval
+from costmodel.specs.gpu import GiB
+from costmodel.specs.strategy import Strategy
+from costmodel.step import predict_step, throughput
+from search.objective import Evaluation, Evaluator, search_timer
+from search.space import KNOBS, SearchProblem, build_space
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Every evaluation of one search, in trial order, with its problem and cost.
+
+    Parameters
+    ----------
+    problem : SearchProblem
+    evaluations : tuple of Evaluation
+        One per trial (repeats included), in the order the sampler proposed them.
+    sampler, objective : str
+        How the search ran.
+    elapsed_s : float
+        Wall time of the search (evaluations included, the final prediction not).
+    profile_dir : str, optional
+        The user profile the evaluations used.
+    """
+
+    problem: SearchProblem
+    evaluations: tuple[Evaluation, ...]
+    sampler: str
+    objective: str
+    elapsed_s: float
+    profile_dir: str | None = None
+    evaluator: Evaluator | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def trials(self) -> int:
+        return len(self.evaluations)
+
+    @property
+    def distinct(self) -> list[Evaluation]:
+        """Each evaluated strategy once, first occurrence order."""
+        return list({e.strategy: e for e in reversed(self.evaluations)}.values())[::-1]
+
+    @property
+    def feasible(self) -> list[Evaluation]:
+        """Distinct feasible evaluations, fastest first (ties: less memory)."""
+        ok = [e for e in self.distinct if e.feasible]
+        return sorted(ok, key=lambda e: (e.step_time_s, e.peak_memory_gib))
+
+    @property
+    def best(self) -> Evaluation | None:
+        ranked = self.feasible
+        return ranked[0] if ranked else None
+
+    def top(self, k: int = 5) -> list[Evaluation]:
+        return self.feasible[:k]
+
+    def best_after(self, n_trials: int) -> float | None:
+        """Best step time among the first ``n_trials`` trials (None if none was feasible)."""
+        times = [e.step_time_s for e in self.evaluations[:n_trials] if e.feasible and e.step_time_s is not None]
+        return min(times) if times else None
+
+    def pareto_front(self) -> list[Evaluation]:
+        """Feasible strategies no other beats on both step time and peak memory, fastest first."""
+        front: list[Evaluation] = []
+        for e in sorted(self.feasible, key=lambda e: (e.step_time_s, e.peak_memory_gib)):
+            if not front or e.peak_memory_gib < front[-1].peak_memory_gib:
+                front.append(e)
+        return front
+
+    def closest_to_fitting(self) -> Evaluation | None:
+        """The legal strategy that misses the memory budget by the least (memory checks over the whole space)."""
+        evaluator = self.evaluator or Evaluator(self.problem, self.profile_dir)
+        candidates = evaluator.evaluate_many(build_space(self.problem))
+        return min(candidates, key=lambda e: (e.violation, e.peak_memory_gib), default=None)
+
+    def why_not(self, limit: int = 6) -> list[str]:
+        """Why the best strategy's one-knob alternatives lose: rejected ones first, then slower ones.
+
+        For every searched knob, the best strategy with that knob changed (``dp``
+        re-derived) is evaluated if the search did not already. A rejected
+        alternative gives its reason with the numbers; rejected lines come first,
+        most often rejected knob value (over all trials) first. Feasible
+        alternatives follow, closest first, with how much slower they are.
+        """
+        best = self.best
+        if best is None:
+            return []
+        evaluator = self.evaluator or Evaluator(self.problem, self.profile_dir)
+        space = build_space(self.problem)
+        rejected_count: Counter[tuple[str, Any]] = Counter()
+        for e in self.distinct:
+            if not e.feasible:
+                rejected_count.update((k, getattr(e.strategy, k)) for k in KNOBS)
+        rejected, slower = [], []
+        for knob, values in space.choices.items():
+            if knob == "dp":
+                continue
+            for value in values:
+                alt = _one_knob_change(best.strategy, knob, value, self.problem.num_gpus)
+                if alt is None or not space.contains(alt):
+                    continue
+                e = evaluator.evaluate(alt)
+                if not e.feasible:
+                    rejected.append((-rejected_count[(knob, value)], f"{knob}={_fmt(value)}: {e.reason}"))
+                elif e.step_time_s is not None and best.step_time_s is not None:
+                    pct = 100.0 * (e.step_time_s / best.step_time_s - 1.0)
+                    slower.append((pct, f"{knob}={_fmt(value)}: fits ({e.peak_memory_gib:.1f} GiB) but "
+                                        f"{pct:.1f}% slower ({e.step_time_s:.3f} s)"))
+        lines = [line for _, line in sorted(rejected)[:limit]]
+        return lines + [line for _, line in sorted(slower)[:max(0, limit - len(lines))]]
+
+    def to_json(self, top_k: int = 5) -> dict[str, Any]:
+        """The ``parplan search --json`` object (``best`` is ``None`` when nothing fits)."""
+        best = self.best
+        out: dict[str, Any] = {
+            "problem": self.problem.describe(),
+            "best": None,
+            "top": [e.to_dict() for e in self.top(top_k)],
+            "trials": self.trials,
+            "feasible": len(self.feasible),
+            "elapsed_s": self.elapsed_s,
+            "sampler": self.sampler,
+            "objective": self.objective,
+            "why_not": self.why_not(),
+        }
+        if best is not None:
+            out["best"] = {"strategy": best.strategy.to_dict(),
+                           "prediction": contract_prediction(self.problem, best.strategy, self.profile_dir)}
+        if self.objective == "pareto":
+            out["pareto"] = [e.to_dict() for e in self.pareto_front()]
+        return out
+
+
+def contract_prediction(problem: SearchProblem, strategy: Strategy, profile_dir: str | None = None) -> dict[str, Any]:
+    """The ``parplan predict --json`` object of ``strategy`` on ``problem``.
+
+    Mirrors ``costmodel.predict.predict_run`` but with the search's timer, so that
+    the numbers are exactly those the search ranked by.
+    TODO(costmodel): call ``predict_run(run, timer=...)`` once it accepts a timer.
+    """
+    run = problem.run(strategy)
+    verdict = check(run)
+    timer = search_timer(problem.gpu, profile_dir)
+    step = predict_step(run, timer)
+    out: dict[str, Any] = {"fits": verdict.fits, "step_time_s": step.step_time_s}
+    out.update(throughput(run, step.step_time_s))
+    out.update({
+        "peak_memory_gib": verdict.peak_memory_gib,
+        "usable_memory_gib": verdict.usable_bytes / GiB,
+        "peak_memory_stage": verdict.memory.stage,
+        "memory": verdict.memory.as_gib(),
+        "breakdown": step.breakdown,
+        "schedule": step.schedule,
+        "profile": timer.profile_name,
+        "violations": list(verdict.violations),
+        "warnings": list(step.notes),
+    })
+    interval = step_time_interval(step.step_time_s)
+    if interval is not None:
+        out["step_time_s_interval"] = interval
+    return out
+
+
+def _knobs(strategy: Strategy) -> dict[str, Any]:
+    return {k: getattr(strategy, k) for k in KNOBS}
+
+
+def _one_knob_change(strategy: Strategy, knob: str, value: Any, num_gpus: int) -> Strategy | None:
+    """``strategy`` with ``knob`` set to ``value`` and dp re-derived (``None`` if the degrees do not divide)."""
+    changed = replace(strategy, **{knob: value})
+    model_parallel = changed.tp * changed.pp * changed.cp
+    if num_gpus % model_parallel:
+        return None
+    sp = changed.sequence_parallel and changed.tp > 1 if knob == "tp" else changed.sequence_parallel
+    return replace(changed, dp=num_gpus // model_parallel, sequence_parallel=sp)
+
+
+def _fmt(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def strategy_label(strategy: Strategy) -> str:
+    """A compact one-line description: ``tp8 pp4 vpp5 cp1 ep1 dp8 mbs1 sp sel z1 bf16``."""
+    s = strategy
+    parts = [f"tp{s.tp}", f"pp{s.pp}"]
+    if s.vpp > 1:
+        parts.append(f"vpp{s.vpp}")
+    parts += [f"cp{s.cp}", f"ep{s.ep}", f"dp{s.dp}", f"mbs{s.micro_batch_size}"]
+    if s.sequence_parallel:
+        parts.append("sp")
+    parts += [{"none": "rc-none", "selective": "rc-sel", "full": "rc-full"}[s.recompute], f"z{s.zero_stage}",
+              s.precision]
+    return " ".join(parts)

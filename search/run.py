@@ -1,0 +1,167 @@
+"""Run a search: build the space, pick the searcher, open the storage, time it.
+
+Every function here holds BLAS/OpenMP pools to one thread while it runs: a
+search makes thousands of predictor calls on a handful of rows each, where
+thread start-up costs far more than the work (on a busy 2-core machine a single
+gradient-boosting call went from 1 ms to 1.2 s with the default pool).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from threadpoolctl import threadpool_limits
+
+from constraints import check
+from costmodel.specs.errors import SpecError
+from search.objective import OBJECTIVES, Evaluation, Evaluator
+from search.result import SearchResult
+from search.samplers import SAMPLERS, BaseSearcher, ExhaustiveSearcher, NSGAIISearcher, TPESearcher
+from search.space import SearchProblem, build_space
+from search.storage import open_study
+
+
+def make_searcher(sampler: str = "tpe", *, objective: str = "time", seed: int = 0, n_jobs: int = 1) -> BaseSearcher:
+    """The searcher named ``sampler`` for ``objective`` (``time`` or ``pareto``)."""
+    if sampler not in SAMPLERS:
+        raise SpecError("sampler", sampler, "one of " + ", ".join(SAMPLERS))
+    if objective not in OBJECTIVES:
+        raise SpecError("objective", objective, "one of " + ", ".join(OBJECTIVES))
+    if sampler == "exhaustive":
+        return ExhaustiveSearcher(n_jobs=n_jobs, objective=objective)
+    if (sampler == "nsga2") != (objective == "pareto"):
+        raise SpecError("sampler", sampler, "nsga2 or exhaustive for the pareto objective, tpe or exhaustive "
+                                            "for the time objective")
+    return NSGAIISearcher(seed=seed) if sampler == "nsga2" else TPESearcher(seed=seed)
+
+
+def run_search(problem: SearchProblem, *, sampler: str = "tpe", objective: str = "time",
+               n_trials: int | None = None, seed: int = 0, profile_dir: str | Path | None = None,
+               storage: str | None = None, study_name: str | None = None, n_jobs: int = 1,
+               evaluator: Evaluator | None = None) -> SearchResult:
+    """Search ``problem`` and return every evaluation with the time it took.
+
+    Parameters
+    ----------
+    problem : SearchProblem
+    sampler : {"tpe", "nsga2", "exhaustive"}
+    objective : {"time", "pareto"}
+        Minimise step time, or find the (step time, peak memory) front.
+    n_trials : int, optional
+        Trials in total (stored ones included); default 200 for TPE, 300 for
+        NSGA-II, the whole space for the exhaustive sweep.
+    seed : int
+        Sampler seed.
+    profile_dir : path, optional
+        A user profile instead of the GPU's built-in one.
+    storage, study_name : str, optional
+        Optuna storage URL and study name; a name alone means a SQLite file
+        ``<name>.db`` in the working directory. Re-running resumes.
+    n_jobs : int
+        Processes for the exhaustive sweep (``-1``: all CPUs).
+    evaluator : Evaluator, optional
+        Reuse memoised evaluations (e.g. across samplers on one problem).
+    """
+    searcher = make_searcher(sampler, objective=objective, seed=seed, n_jobs=n_jobs)
+    with threadpool_limits(limits=1):
+        start = time.perf_counter()
+        space = build_space(problem)
+        evaluator = evaluator or Evaluator(problem, profile_dir)
+        study = open_study(storage, study_name, searcher.directions, searcher.make_sampler())
+        evaluations = searcher.search(space, evaluator, n_trials=n_trials, study=study)
+        elapsed = time.perf_counter() - start
+    return SearchResult(problem=problem, evaluations=tuple(evaluations), sampler=sampler, objective=objective,
+                        elapsed_s=elapsed, profile_dir=evaluator.profile_dir, evaluator=evaluator)
+
+
+# -- when nothing fits ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Infeasibility:
+    """Why nothing fits and what would: the closest miss, and the fewest GPUs of this kind that fit."""
+
+    closest: Evaluation | None
+    fewest_gpus: int | None
+    fitting_example: Evaluation | None
+    searched_up_to: int
+
+    def lines(self, problem: SearchProblem) -> list[str]:
+        """The explanation, one sentence per line."""
+        from search.result import strategy_label
+
+        out = [f"No strategy fits {problem.model.name} on {problem.num_gpus} x {problem.gpu.name} "
+               f"(global batch {problem.global_batch_size}, sequence {problem.seq_length})."]
+        if self.closest is not None:
+            c = self.closest
+            short = f", {c.memory_excess_gib:.1f} GiB short" if c.memory_excess_gib > 0 else ""
+            out.append(f"Closest: {strategy_label(c.strategy)} {c.reason}{short}.")
+        if self.fewest_gpus is not None and self.fitting_example is not None:
+            out.append(f"Fewest {problem.gpu.name} GPUs that fit: {self.fewest_gpus} "
+                       f"(e.g. {strategy_label(self.fitting_example.strategy)}, "
+                       f"{self.fitting_example.peak_memory_gib:.1f} GiB of "
+                       f"{self.fitting_example.usable_memory_gib:.1f} GiB usable).")
+        else:
+            out.append(f"No count of {problem.gpu.name} GPUs up to {self.searched_up_to} fits this batch; "
+                       f"try a larger GPU, a larger global batch or a shorter sequence.")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "closest": None if self.closest is None else self.closest.to_dict(),
+            "memory_short_gib": None if self.closest is None else self.closest.memory_excess_gib,
+            "fewest_gpus": self.fewest_gpus,
+            "fitting_example": None if self.fitting_example is None else self.fitting_example.to_dict(),
+        }
+
+
+def _memory_friendly_first(strategy: Any) -> tuple[Any, ...]:
+    rank = {"full": 0, "selective": 1, "none": 2}
+    return (-(strategy.tp * strategy.pp * strategy.cp), rank[strategy.recompute], -strategy.zero_stage,
+            strategy.micro_batch_size, strategy.precision != "bf16")
+
+
+def first_fitting(problem: SearchProblem) -> Evaluation | None:
+    """Some strategy of ``problem`` that fits in memory (rules and memory only; no time), or ``None``."""
+    try:
+        space = build_space(problem)
+    except SpecError:
+        return None
+    for strategy in sorted(space, key=_memory_friendly_first):
+        verdict = check(problem.run(strategy))
+        if verdict.fits:
+            return Evaluation(strategy, (), verdict.peak_memory_gib, verdict.usable_bytes / 2**30)
+    return None
+
+
+def _fits_on(problem: SearchProblem, count: int) -> Evaluation | None:
+    node = problem.cluster.gpus_per_node
+    if count > node and count % node:
+        return None
+    try:
+        return first_fitting(problem.with_gpus(count))
+    except SpecError:  # e.g. no layout divides the batch on this count
+        return None
+
+
+def explain_infeasible(result: SearchResult, limit: int = 65536, probes: int = 16) -> Infeasibility:
+    """Find the fewest GPUs that fit (memory checks only, no time).
+
+    The count doubles until some strategy fits; then up to ``probes`` whole-node
+    counts between the last miss and the first fit are tried, smallest first.
+    """
+    problem = result.problem
+    node = problem.cluster.gpus_per_node
+    with threadpool_limits(limits=1):
+        low, count = problem.num_gpus, problem.num_gpus * 2
+        while count <= limit:
+            fit = _fits_on(problem, count)
+            if fit is not None:
+                step = max(node, -(-(count - low) // (probes * node)) * node)
+                for between in range(low + step, count, step):
+                    if (found := _fits_on(problem, between)) is not None:
+                        return Infeasibility(result.closest_to_fitting(), between, found, limit)
+                return Infeasibility(result.closest_to_fitting(), count, fit, limit)
+            low, count = count, count * 2
+    return Infeasibility(result.closest_to_fitting(), None, None, limit)

@@ -1,0 +1,49 @@
+"""The contract every searcher keeps."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from search.objective import Evaluator
+from search.space import StrategySpace
+
+
+class BaseSearcher(abc.ABC):
+    """Proposes strategies of a space and evaluates them.
+
+    An implementation must:
+
+    - propose only strategies of ``space`` (``space.contains`` holds for each);
+    - evaluate every proposal through ``evaluator`` (so results are memoised and
+      time is predicted only for feasible strategies);
+    - return the evaluations in the order it proposed them, one per trial,
+      repeats included, so that "best after n trials" can be read off;
+    - be deterministic for a given ``seed`` (when it takes one);
+    - when given an Optuna ``study``, store its trials there and count the
+      trials already stored against ``n_trials`` (re-running resumes).
+    """
+
+    name: str = ""
+    directions: tuple[str, ...] = ("minimize",)
+
+    @abc.abstractmethod
+    def search(self, space: StrategySpace, evaluator: Evaluator, *, n_trials: int | None,
+               study: Any = None) -> list[Any]:
+        """Evaluations (``search.objective.Evaluation``) in proposal order.
+
+        Parameters
+        ----------
+        space : StrategySpace
+            The legal strategies.
+        evaluator : Evaluator
+            Memoised evaluation on the space's problem.
+        n_trials : int or None
+            Trials to run in total (stored ones included); ``None``: the searcher's default.
+        study : optuna.Study, optional
+            Where to store trials; a new in-memory study when absent (Optuna searchers).
+        """
+
+    def make_sampler(self) -> Any:
+        """The Optuna sampler of this searcher (``None`` for non-Optuna searchers)."""
+        return None

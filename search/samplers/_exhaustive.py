@@ -1,0 +1,124 @@
+"""Exhaustive sweep: every legal strategy, the ground truth for benchmarks.
+
+The sweep runs without Optuna in the loop: the memory model prunes the whole
+space first, the operators of all surviving strategies are timed in one batch
+(``search.objective.prewarm``), and only then is each step time composed. With
+``n_jobs > 1`` the space is split by layout over forked worker processes.
+Results go into an Optuna study only when one is given (``--storage``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from typing import Any
+
+import optuna
+from threadpoolctl import threadpool_limits
+
+from search.objective import Evaluation, Evaluator, objective_values, strategy_from_attrs
+from search.samplers._base import BaseSearcher
+from search.space import StrategySpace
+
+_WORKER: Evaluator | None = None  # set in the parent before forking; workers inherit it
+
+
+def _evaluate_chunk(chunk: list[Any]) -> list[Evaluation]:
+    assert _WORKER is not None
+    with threadpool_limits(limits=1):
+        return _WORKER.evaluate_many(chunk)
+
+
+class ExhaustiveSearcher(BaseSearcher):
+    """Evaluate every strategy of the space once, in the space's order.
+
+    Parameters
+    ----------
+    n_jobs : int
+        Worker processes; ``-1`` uses every CPU this process may run on.
+    objective : str
+        ``"time"`` or ``"pareto"``: what the stored trials' values are.
+    """
+
+    name = "exhaustive"
+
+    def __init__(self, n_jobs: int = 1, objective: str = "time") -> None:
+        self.n_jobs = n_jobs
+        self.objective = objective
+        self.directions = ("minimize", "minimize") if objective == "pareto" else ("minimize",)
+
+    def _workers(self, size: int) -> int:
+        jobs = len(os.sched_getaffinity(0)) if self.n_jobs == -1 and hasattr(os, "sched_getaffinity") \
+            else (os.cpu_count() or 1) if self.n_jobs == -1 else self.n_jobs
+        if "fork" not in multiprocessing.get_all_start_methods() or size < 2000:
+            return 1  # small spaces: forking costs more than it saves
+        return max(1, jobs)
+
+    def search(self, space: StrategySpace, evaluator: Evaluator, *, n_trials: int | None = None,
+               study: Any = None) -> list[Evaluation]:
+        strategies = list(space)
+        if n_trials is not None:
+            strategies = strategies[:n_trials]
+        stored: set[Any] = set()
+        if study is not None:
+            stored = {strategy_from_attrs(t.user_attrs, space) for t in study.get_trials(deepcopy=False)
+                      if "strategy" in t.user_attrs}
+        jobs = self._workers(len(strategies))
+        if jobs == 1:
+            results = evaluator.evaluate_many(strategies)
+        else:
+            results = self._parallel(strategies, evaluator, jobs)
+        if study is not None:
+            _store(study, space, [e for e in results if e.strategy not in stored], self.objective)
+        return results
+
+    @staticmethod
+    def _parallel(strategies: list[Any], evaluator: Evaluator, jobs: int) -> list[Evaluation]:
+        global _WORKER
+        evaluator.timer  # noqa: B018 - load the profile once, before forking
+        size = -(-len(strategies) // (4 * jobs))
+        chunks = [strategies[i:i + size] for i in range(0, len(strategies), size)]
+        _WORKER = evaluator
+        try:
+            with multiprocessing.get_context("fork").Pool(jobs) as pool:
+                parts = pool.map(_evaluate_chunk, chunks)
+        finally:
+            _WORKER = None
+        results = [e for part in parts for e in part]
+        for e in results:
+            evaluator.remember(e)
+        return results
+
+
+def _store(study: Any, space: StrategySpace, evaluations: list[Evaluation], objective: str) -> None:
+    """Write sweep results as finished trials (same attributes and constraint as Optuna trials)."""
+    from search.objective import record
+
+    dists = {k: optuna.distributions.CategoricalDistribution(list(v)) for k, v in space.choices.items()
+             if len(v) > 1}
+    trials = []
+    for e in evaluations:
+        holder = _AttrHolder()
+        record(holder, e, space)
+        params = {k: v for k, v in space.knobs_of(e.strategy).items() if k in dists}
+        values = objective_values(e, objective)
+        trials.append(optuna.trial.create_trial(
+            state=optuna.trial.TrialState.COMPLETE,
+            values=list(values) if isinstance(values, tuple) else [values],
+            params=params, distributions={k: dists[k] for k in params},
+            user_attrs=holder.user_attrs, system_attrs=holder.system_attrs))
+    study.add_trials(trials)
+
+
+class _AttrHolder:
+    """Collects ``set_user_attr`` / ``set_constraint`` calls (so sweep rows are recorded exactly like trials)."""
+
+    def __init__(self) -> None:
+        self.user_attrs: dict[str, Any] = {}
+        self.system_attrs: dict[str, Any] = {}
+
+    def set_user_attr(self, key: str, value: Any) -> None:
+        self.user_attrs[key] = value
+
+    def set_constraint(self, key: str, value: float) -> None:
+        self.system_attrs[f"constraints:{key}"] = float(value)
