@@ -2,7 +2,9 @@
 
 Layout: ``<cache dir>/predictors/<key>.joblib`` and ``<key>.joblib.sha256``.
 The cache directory is ``$PARPLAN_CACHE_DIR``, else ``$XDG_CACHE_HOME/parplan``,
-else ``~/.cache/parplan``. Both files are written to temporary names and moved
+else ``~/.cache/parplan``. Every function takes an optional ``directory`` that
+replaces ``<cache dir>/predictors`` (``parplan profile fit`` stores the fitted
+predictors beside the profile's tables, in ``<profile>/fitted``). Both files are written to temporary names and moved
 into place with ``os.replace``, data first: a reader that races a writer sees
 a checksum that does not match and refits. A file whose checksum does not
 match is never unpickled. The checksum guards against truncation and
@@ -36,15 +38,15 @@ def cache_dir() -> Path:
     return base / "parplan" / "predictors"
 
 
-def paths(key: str) -> tuple[Path, Path]:
-    """The data file and checksum file of ``key``."""
-    data = cache_dir() / f"{key}{_SUFFIX}"
+def paths(key: str, directory: Path | None = None) -> tuple[Path, Path]:
+    """The data file and checksum file of ``key`` (in ``directory``, default the cache directory)."""
+    data = (cache_dir() if directory is None else Path(directory)) / f"{key}{_SUFFIX}"
     return data, data.with_name(data.name + ".sha256")
 
 
-def load_verified(key: str) -> Any | None:
+def load_verified(key: str, directory: Path | None = None) -> Any | None:
     """The cached object of ``key``, or None when absent or its checksum does not match."""
-    data, checksum = paths(key)
+    data, checksum = paths(key, directory)
     try:
         expected = checksum.read_text(encoding="ascii").strip()
         payload = data.read_bytes()
@@ -56,9 +58,9 @@ def load_verified(key: str) -> Any | None:
     return joblib.load(io.BytesIO(payload))
 
 
-def store(key: str, value: Any) -> Path:
+def store(key: str, value: Any, directory: Path | None = None) -> Path:
     """Write ``value`` under ``key`` atomically, with its checksum; return the data path."""
-    data, checksum = paths(key)
+    data, checksum = paths(key, directory)
     data.parent.mkdir(parents=True, exist_ok=True)
     tmp_data = _temp_path(data)
     try:

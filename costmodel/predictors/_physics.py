@@ -78,17 +78,22 @@ def bus_factor(op: str, num_gpus: ArrayLike) -> np.ndarray:
 
     all_reduce ``2(n-1)/n`` of the per-rank buffer; all_gather, reduce_scatter
     and all_to_all ``(n-1)/n`` of the total buffer (source: nccl-tests
-    ``doc/PERFORMANCE.md``, "Bus bandwidth").
+    ``doc/PERFORMANCE.md``, "Bus bandwidth"); send_recv 1 (every byte of the
+    one send crosses the link).
     """
     check_op(op)
     n = np.asarray(num_gpus, dtype=np.float64)
+    if op == "send_recv":
+        return np.ones_like(n)
     return (n - 1.0) / n * (2.0 if op == "all_reduce" else 1.0)
 
 
 def ring_steps(op: str, num_gpus: ArrayLike) -> np.ndarray:
-    """Sequential message steps of the ring algorithm: ``2(n-1)`` for all_reduce, else ``n-1``."""
+    """Sequential message steps of the ring algorithm: ``2(n-1)`` for all_reduce, 1 for send_recv, else ``n-1``."""
     check_op(op)
     n = np.asarray(num_gpus, dtype=np.float64)
+    if op == "send_recv":
+        return np.ones_like(n)
     return (n - 1.0) * (2.0 if op == "all_reduce" else 1.0)
 
 

@@ -5,21 +5,25 @@ from costmodel.profiles.profile import (
     COLLECTIVE_OPS,
     DEFAULT_FIT_SAMPLING,
     FAMILY_COLUMNS,
+    PHYSICS_KEYS,
     Profile,
     builtin_profile,
     load_profile,
     make_profile,
     save_profile,
+    write_profile_files,
 )
 
 __all__ = [
     "COLLECTIVE_OPS",
     "DEFAULT_FIT_SAMPLING",
     "FAMILY_COLUMNS",
+    "PHYSICS_KEYS",
     "Profile",
     "ProfileDataError",
     "builtin_profile",
     "load_profile",
     "make_profile",
     "save_profile",
+    "write_profile_files",
 ]

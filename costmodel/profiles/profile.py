@@ -13,8 +13,14 @@ family             shape columns (then ``latency_s``)
 ``gemm_fp8``       as ``gemm_bf16``
 ``attention_fwd``  ``batch``, ``seq_len``, ``num_heads``, ``num_kv_heads``,
                    ``head_dim``, ``causal``
-``nccl``           ``op`` (all_reduce, all_gather, reduce_scatter, all_to_all),
-                   ``num_gpus``, ``message_bytes`` (nccl-tests size convention)
+``attention_bwd``  as ``attention_fwd`` (the backward kernel alone)
+``memory``         ``kind`` (norm, activation, residual, softmax, optimizer, ...:
+                   the kinds of ``costmodel.analytic.MEMORY_KERNEL_FITS``),
+                   ``phase`` (fwd, bwd, step), ``elements``, ``bytes`` (read plus
+                   written by the measured kernel)
+``nccl``           ``op`` (all_reduce, all_gather, reduce_scatter, all_to_all,
+                   send_recv), ``num_gpus``, ``message_bytes`` (nccl-tests size
+                   convention; send_recv: the bytes one send moves)
 =================  ================================================================
 
 Built-in profiles come from ``aiconfigurator-core`` through
@@ -23,6 +29,10 @@ with ``metadata.yaml`` (a mapping) and one ``<family>.csv`` per family whose
 header names that family's columns. ``metadata["fit_sampling"]`` holds the
 recipe the predictors use to draw their light training sample (see
 ``DEFAULT_FIT_SAMPLING``); a user profile may override any of its keys.
+``metadata["physics"]`` (optional, see ``PHYSICS_KEYS``) holds figures of the
+measured device that its predictors use instead of the run's GPU catalog entry:
+a profile measured on a CPU or an uncatalogued accelerator describes itself.
+The format is documented for users in ``costmodel/profiles/README.md``.
 """
 
 from __future__ import annotations
@@ -48,25 +58,35 @@ __all__ = [
     "COLLECTIVE_OPS",
     "DEFAULT_FIT_SAMPLING",
     "FAMILY_COLUMNS",
+    "PHYSICS_KEYS",
     "Profile",
     "builtin_profile",
     "load_profile",
     "make_profile",
     "save_profile",
+    "write_profile_files",
 ]
 
 _GEMM: Final = {"m": "int", "n": "int", "k": "int", "latency_s": "float"}
+_ATTENTION: Final = {"batch": "int", "seq_len": "int", "num_heads": "int", "num_kv_heads": "int",
+                     "head_dim": "int", "causal": "bool", "latency_s": "float"}
 # Column kinds per family, in file order. "int" columns are int64, "float" float64,
 # "bool" bool (written as true/false), "str" numpy unicode.
 FAMILY_COLUMNS: Final[dict[str, dict[str, str]]] = {
     "gemm_bf16": _GEMM,
     "gemm_fp16": _GEMM,
     "gemm_fp8": _GEMM,
-    "attention_fwd": {"batch": "int", "seq_len": "int", "num_heads": "int", "num_kv_heads": "int",
-                      "head_dim": "int", "causal": "bool", "latency_s": "float"},
+    "attention_fwd": _ATTENTION,
+    "attention_bwd": _ATTENTION,
+    "memory": {"kind": "str", "phase": "str", "elements": "int", "bytes": "int", "latency_s": "float"},
     "nccl": {"op": "str", "num_gpus": "int", "message_bytes": "int", "latency_s": "float"},
 }
-COLLECTIVE_OPS: Final = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+COLLECTIVE_OPS: Final = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+# metadata["physics"]: GPUSpec attribute names (SI units) a profile may give for its own device.
+# peak_flops maps a dtype to FLOP/s; hbm_bandwidth_bytes_per_s is the main-memory bandwidth
+# (DRAM on a CPU); num_sms the parallel compute units (threads on a CPU).
+PHYSICS_KEYS: Final = ("peak_flops", "hbm_bandwidth_bytes_per_s", "num_sms",
+                       "intra_node_bandwidth_bytes_per_s", "intra_node_latency_s")
 
 # The light-sample recipe (implemented in costmodel.predictors._sampling). A 10% sample
 # of the built-in tables (capped at max_rows) meets the GEMM accuracy targets of issue 3;
@@ -102,6 +122,9 @@ class Profile:
         Family -> column -> read-only 1-D array (schema: ``FAMILY_COLUMNS``).
     content_hash : str
         SHA-256 over the tables' values and the metadata; equal content, equal hash.
+    path : Path or None
+        The directory a user profile was loaded from (where ``parplan profile fit``
+        stores its fitted predictors); None for built-in profiles. Not hashed.
     """
 
     name: str
@@ -109,6 +132,7 @@ class Profile:
     metadata: dict[str, Any] = field(compare=False, repr=False)
     tables: dict[str, dict[str, np.ndarray]] = field(compare=False, repr=False)
     content_hash: str
+    path: Path | None = field(default=None, compare=False, repr=False)
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -120,20 +144,33 @@ class Profile:
         """The light-sample recipe: ``DEFAULT_FIT_SAMPLING`` updated by the metadata's."""
         return {**DEFAULT_FIT_SAMPLING, **dict(self.metadata.get("fit_sampling") or {})}
 
+    @property
+    def physics(self) -> dict[str, Any]:
+        """The device figures the profile carries (``metadata["physics"]``), validated; may be empty.
+
+        Raises
+        ------
+        SpecError
+            If a key is unknown or a value is not a positive number (latency: >= 0).
+        """
+        return _physics(self.metadata.get("physics"))
+
 
 def make_profile(name: str, device: str, metadata: dict[str, Any],
-                 tables: dict[str, dict[str, Any]]) -> Profile:
-    """Build a ``Profile``: check the schema, normalise dtypes, compute the hash.
+                 tables: dict[str, dict[str, Any]], path: str | Path | None = None) -> Profile:
+    """Build a ``Profile``: check the schema and physics, normalise dtypes, compute the hash.
 
     Raises
     ------
     SpecError
-        If a family is unknown, a column is missing or extra, or lengths differ.
+        If a family is unknown, a column is missing or extra, lengths differ, or
+        ``metadata["physics"]`` is invalid.
     """
     normal = {family: _normalise_table(family, columns) for family, columns in sorted(tables.items())}
     metadata = {**metadata, "device": device}
+    _physics(metadata.get("physics"))
     return Profile(name=name, device=device, metadata=metadata, tables=normal,
-                   content_hash=_content_hash(normal, metadata))
+                   content_hash=_content_hash(normal, metadata), path=None if path is None else Path(path))
 
 
 @cache
@@ -193,7 +230,7 @@ def load_profile(path: str | Path) -> Profile:
         raise SpecError("profile", str(path), "a directory with at least one <family>.csv table")
     name = str(metadata.pop("name", directory.name))
     device = str(metadata.get("device", directory.name))
-    return make_profile(name, device, metadata, tables)
+    return make_profile(name, device, metadata, tables, path=directory.resolve())
 
 
 def save_profile(profile: Profile, path: str | Path) -> None:
@@ -223,6 +260,66 @@ def save_profile(profile: Profile, path: str | Path) -> None:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def write_profile_files(profile: Profile, path: str | Path) -> None:
+    """Write ``metadata.yaml`` and the tables of ``profile`` into ``path``, each file atomically.
+
+    Unlike :func:`save_profile`, other files in the directory (a sampler's
+    journal, fitted predictors) are kept: each file is written under a
+    temporary name and moved over the old one, so that a reader (or a crash)
+    sees either the old or the new file, never a torn one.
+    """
+    directory = Path(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    metadata = {**profile.metadata, "name": profile.name, "device": profile.device}
+    text = yaml.safe_dump(_plain(metadata), sort_keys=True, allow_unicode=True)
+    _replace_file(directory / "metadata.yaml", lambda target: target.write_text(text, encoding="utf-8"))
+    for family, columns in profile.tables.items():
+        _replace_file(directory / f"{family}.csv",
+                      lambda target, family=family, columns=columns: _write_csv(target, family, columns))
+
+
+def _replace_file(target: Path, write: Any) -> None:
+    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    os.close(handle)
+    temporary = Path(name)
+    try:
+        write(temporary)
+        temporary.chmod(0o644)  # mkstemp makes it private; a profile is ordinary data
+        os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _physics(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError("metadata.physics", value, "a mapping of " + ", ".join(PHYSICS_KEYS))
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key == "source":
+            continue
+        if key not in PHYSICS_KEYS:
+            raise SpecError(f"metadata.physics.{key}", key, "one of " + ", ".join((*PHYSICS_KEYS, "source")))
+        if key == "peak_flops":
+            if not isinstance(item, dict) or not item:
+                raise SpecError("metadata.physics.peak_flops", item, "a mapping of dtype to FLOP/s")
+            out[key] = {str(dtype): _positive(f"metadata.physics.peak_flops.{dtype}", flops)
+                        for dtype, flops in item.items()}
+        elif key == "num_sms":
+            out[key] = max(1, round(_positive("metadata.physics.num_sms", item)))
+        else:
+            out[key] = _positive(f"metadata.physics.{key}", item, strict=key != "intra_node_latency_s")
+    return out
+
+
+def _positive(where: str, value: Any, strict: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) \
+            or value < 0 or (strict and value == 0):
+        raise SpecError(where, value, "a positive finite number" if strict else "a finite number >= 0")
+    return float(value)
 
 
 def _normalise_table(family: str, columns: dict[str, Any]) -> dict[str, np.ndarray]:
