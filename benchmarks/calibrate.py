@@ -90,7 +90,7 @@ def main() -> int:
     if args.write:
         text = ("# Written by `python benchmarks/calibrate.py --write`; do not edit by hand.\n"
                 "# framework: grid search (compute_scale 0.90..1.30 step 0.01, layer_overhead_s 0..600 us step\n"
-                "#   20 us) minimising MAPE of step time on studies/validation/public.yaml (all runs, one global set).\n"
+                "#   20 us) minimising MAPE of step time on studies/validation/public.yaml (one global set).\n"
                 "# interval: 10th/90th percentiles of log(measured/predicted) under leave-one-source-out\n"
                 "#   cross-validation (each source group predicted with parameters fitted on the others).\n"
                 + yaml.safe_dump(result, sort_keys=False))

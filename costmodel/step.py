@@ -183,7 +183,7 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
     # After the flush: stage i finished its last backward sum(backward of ranks < i) earlier.
     tails = []
     slack = 0.0
-    for st, t in enumerate(stages):
+    for t in stages:
         dp = _dp_tail(run, timer, t.compute)
         tails.append((dp + t.compute.optimizer_s - slack, dp, t.compute.optimizer_s))
         slack += t.backward_s

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from constraints import check
@@ -12,7 +12,7 @@ from costmodel.specs.gpu import GiB
 from costmodel.specs.strategy import Strategy
 from costmodel.step import predict_step, throughput
 from search.objective import Evaluation, Evaluator, search_timer
-from search.space import KNOBS, SearchProblem, build_space
+from search.space import KNOBS, SearchProblem, build_space, change_knob
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class SearchResult:
             if knob == "dp":
                 continue
             for value in values:
-                alt = _one_knob_change(best.strategy, knob, value, self.problem.num_gpus)
+                alt = change_knob(best.strategy, knob, value, self.problem.num_gpus)
                 if alt is None or not space.contains(alt):
                     continue
                 e = evaluator.evaluate(alt)
@@ -172,16 +172,6 @@ def contract_prediction(problem: SearchProblem, strategy: Strategy, profile_dir:
 
 def _knobs(strategy: Strategy) -> dict[str, Any]:
     return {k: getattr(strategy, k) for k in KNOBS}
-
-
-def _one_knob_change(strategy: Strategy, knob: str, value: Any, num_gpus: int) -> Strategy | None:
-    """``strategy`` with ``knob`` set to ``value`` and dp re-derived (``None`` if the degrees do not divide)."""
-    changed = replace(strategy, **{knob: value})
-    model_parallel = changed.tp * changed.pp * changed.cp
-    if num_gpus % model_parallel:
-        return None
-    sp = changed.sequence_parallel and changed.tp > 1 if knob == "tp" else changed.sequence_parallel
-    return replace(changed, dp=num_gpus // model_parallel, sequence_parallel=sp)
 
 
 def _fmt(value: Any) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
@@ -152,8 +152,6 @@ class SearchProblem:
 
     def with_gpus(self, num_gpus: int) -> SearchProblem:
         """The same problem on ``num_gpus`` GPUs."""
-        from dataclasses import replace
-
         return replace(self, num_gpus=num_gpus)
 
     def restriction(self, knob: str) -> frozenset[Any] | None:
@@ -321,12 +319,32 @@ class StrategySpace:
             for setting in products:
                 yield self.strategy_of(layout, setting)
 
+    @cached_property
+    def _layout_set(self) -> frozenset[Layout]:
+        return frozenset(self.layouts)
+
     def contains(self, strategy: Strategy) -> bool:
         """Whether ``strategy`` is one of the space's legal strategies."""
         layout = tuple(getattr(strategy, k) for k in LAYOUT_KNOBS)
-        if layout not in set(self.layouts) or strategy.global_batch_size != self.problem.global_batch_size:
+        if layout not in self._layout_set or strategy.global_batch_size != self.problem.global_batch_size:
             return False
         return all(getattr(strategy, k) in values for k, values in self.settings)
+
+    def neighbours(self, strategy: Strategy) -> list[Strategy]:
+        """Legal strategies one move from ``strategy``: one knob changed (dp re-derived), or two
+        parallel degrees traded by a factor of two at constant dp (tp/pp, tp/cp, pp/cp)."""
+        out: dict[Strategy, None] = {}
+        for knob, values in self.choices.items():
+            if knob == "dp":
+                continue
+            for value in values:
+                if value != getattr(strategy, knob):
+                    out[change_knob(strategy, knob, value, self.problem.num_gpus)] = None
+        for up, down in itertools.permutations(("tp", "pp", "cp"), 2):
+            if getattr(strategy, down) % 2 == 0:
+                out[change_knob(strategy, up, getattr(strategy, up) * 2, self.problem.num_gpus,
+                                **{down: getattr(strategy, down) // 2})] = None
+        return [s for s in out if s is not None and s != strategy and self.contains(s)]
 
     def knobs_of(self, strategy: Strategy) -> dict[str, Any]:
         """The searched knobs of ``strategy`` (layout and settings; switches only when they vary)."""
@@ -376,6 +394,23 @@ def _empty_layout_hint(problem: SearchProblem) -> str:
             return f"legal for {knob} on this problem ({', '.join(map(str, values))})"
     return (f"a combination with at least one legal layout for {problem.model.name} on {problem.num_gpus} GPUs "
             f"and global_batch_size={problem.global_batch_size}")
+
+
+def change_knob(strategy: Strategy, knob: str, value: Any, num_gpus: int, **more: Any) -> Strategy | None:
+    """``strategy`` with ``knob`` (and ``more``) changed and dp re-derived; ``None`` if degrees do not divide.
+
+    Sequence parallelism is switched off when tp drops to 1 (it needs tp > 1).
+    """
+    values = {knob: value, **more}
+    tp, pp, cp = (values.get(k, getattr(strategy, k)) for k in ("tp", "pp", "cp"))
+    if num_gpus % (tp * pp * cp):
+        return None
+    if tp == 1:
+        values["sequence_parallel"] = False
+    try:
+        return replace(strategy, dp=num_gpus // (tp * pp * cp), **values)
+    except SpecError:
+        return None
 
 
 # -- conditional choice: what a sampler may pick for one knob given the knobs picked before -----

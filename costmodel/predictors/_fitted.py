@@ -6,7 +6,8 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
@@ -18,21 +19,27 @@ from costmodel.predictors._attention import AttentionPredictor
 from costmodel.predictors._base import OperatorPredictor
 from costmodel.predictors._collective import CollectivePredictor
 from costmodel.predictors._gemm import GemmPredictor
+from costmodel.predictors._memory import MemoryPredictor
 from costmodel.predictors._physics import check_op
 from costmodel.predictors._sampling import grid_outliers, light_sample
 from costmodel.profiles.profile import COLLECTIVE_OPS, Profile
+from costmodel.specs.errors import SpecError
 from costmodel.specs.gpu import GPUSpec
 
-__all__ = ["CODE_VERSION", "RANGE_MARGIN", "FittedProfile", "fit_profile", "fitted_profile", "forget_fitted"]
+__all__ = ["CODE_VERSION", "FITTED_DIR", "RANGE_MARGIN", "FittedProfile", "device_gpu", "fit_profile",
+           "fitted_profile", "forget_fitted", "store_fitted"]
 
 # Bump when features, regressors or the sampling code change: it is part of the cache key.
-CODE_VERSION: Final = "1"
+CODE_VERSION: Final = "2"
+# Where ``store_fitted`` puts a user profile's fitted predictors, inside its directory.
+FITTED_DIR: Final = "fitted"
 # A query is in range when every shape column lies within [min / margin, max * margin] of the
 # table: a quarter beyond the sampled edge is interpolation between grid points in log space
 # (the GEMM grid steps by up to 3x), much further is extrapolation.
 RANGE_MARGIN: Final = 1.25
 _GEMM_DTYPES: Final = {"bf16": ("gemm_bf16", 2.0), "fp16": ("gemm_fp16", 2.0), "fp8": ("gemm_fp8", 1.0)}
 _ATTENTION_COLUMNS: Final = ("batch", "seq_len", "num_heads", "num_kv_heads", "head_dim")
+_ATTENTION_TABLES: Final = ("attention_fwd", "attention_bwd")
 _COLLECTIVE_COLUMNS: Final = ("num_gpus", "message_bytes")
 _SEED: Final = 0
 _PAYLOAD_KEYS: Final = frozenset({"key", "predictors", "train_rows", "dropped_rows", "fit_seconds"})
@@ -45,21 +52,24 @@ class _Family:
 
     table: str
     columns: tuple[str, ...]
-    where: tuple[str, Any] | None  # (column, value) selecting the family's rows, e.g. ("op", "all_reduce")
+    where: tuple[tuple[str, Any], ...]  # (column, value) pairs selecting the family's rows, e.g. (("op", "all_reduce"),)
     predictor: OperatorPredictor
 
     def rows(self, profile: Profile) -> np.ndarray:
         table = profile.tables[self.table]
-        if self.where is None:
-            return np.arange(table["latency_s"].size)
-        column, value = self.where
-        return np.flatnonzero(table[column] == value)
+        keep = np.ones(table["latency_s"].size, dtype=bool)
+        for column, value in self.where:
+            keep &= table[column] == value
+        return np.flatnonzero(keep)
 
 
 class FittedProfile:
     """All fitted predictors of one profile for one GPU.
 
     Build it with :func:`fitted_profile` (cached) or :func:`fit_profile`.
+    ``gpu`` is the device whose figures the predictors' features use: the
+    run's GPU, with the profile's own measured physics in place of its
+    catalog figures where the profile carries them (see :func:`device_gpu`).
     Every ``predict_*`` method takes array-likes that broadcast together and
     returns ``(seconds, in_range)``, two arrays of the broadcast shape.
     ``in_range`` is False where a query lies outside the sampled range of the
@@ -73,7 +83,7 @@ class FittedProfile:
                  train_rows: dict[str, np.ndarray], fit_seconds: dict[str, float],
                  dropped_rows: dict[str, np.ndarray] | None = None) -> None:
         self.profile = profile
-        self.gpu = gpu
+        self.gpu = gpu = device_gpu(profile, gpu)
         self._layout = _family_layout(profile, gpu)
         self._predictors = dict(predictors)
         self._train_rows = dict(train_rows)
@@ -85,7 +95,7 @@ class FittedProfile:
 
     @property
     def families(self) -> tuple[str, ...]:
-        """Families with a fitted predictor, e.g. ``gemm_bf16``, ``nccl_all_reduce``."""
+        """Families with a fitted predictor, e.g. ``gemm_bf16``, ``nccl_all_reduce``, ``memory_norm_fwd``."""
         return tuple(sorted(self._predictors))
 
     def predictor(self, family: str) -> OperatorPredictor:
@@ -139,7 +149,7 @@ class FittedProfile:
         for index, name in enumerate(spec.columns):
             low, high = ranges[name]
             inside &= (X[:, index] >= low / RANGE_MARGIN) & (X[:, index] <= high * RANGE_MARGIN)
-        if spec.table == "attention_fwd":
+        if spec.table in _ATTENTION_TABLES:
             low, high = ranges["tokens"]
             tokens = X[:, 0] * X[:, 1]
             inside &= (tokens >= low / RANGE_MARGIN) & (tokens <= high * RANGE_MARGIN)
@@ -166,6 +176,27 @@ class FittedProfile:
                               head_dim: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """Causal self-attention forward (bf16, no cached prefix)."""
         return self._broadcast_predict("attention_fwd", batch, seq, heads, kv_heads, head_dim)
+
+    def predict_attention_bwd(self, batch: ArrayLike, seq: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike,
+                              head_dim: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """Causal self-attention backward kernel (profiles from ``parplan profile`` only).
+
+        Raises
+        ------
+        KeyError
+            If the profile has no attention_bwd table.
+        """
+        return self._broadcast_predict("attention_bwd", batch, seq, heads, kv_heads, head_dim)
+
+    def predict_memory(self, kind: str, phase: str, elements: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """A memory-bound kernel of ``kind`` (norm, activation, ...) in ``phase`` (fwd, bwd, step).
+
+        Raises
+        ------
+        KeyError
+            If the profile's memory table has no rows of that kind and phase.
+        """
+        return self._broadcast_predict(f"memory_{kind}_{phase}", elements)
 
     def predict_collective(self, op: str, num_gpus: ArrayLike,
                            message_bytes: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
@@ -198,14 +229,64 @@ class FittedProfile:
         X, _ = self.shapes(family)
         spec = self._layout[family]
         out = {name: (float(X[:, i].min()), float(X[:, i].max())) for i, name in enumerate(spec.columns)}
-        if spec.table == "attention_fwd":
+        if spec.table in _ATTENTION_TABLES:
             tokens = X[:, 0] * X[:, 1]
             out["tokens"] = (float(tokens.min()), float(tokens.max()))
         return out
 
 
-def fit_profile(profile: Profile, gpu: GPUSpec) -> FittedProfile:
+def device_gpu(profile: Profile, gpu: GPUSpec | None) -> GPUSpec:
+    """The device figures ``profile``'s predictors use: ``gpu`` with the profile's measured physics on top.
+
+    A profile from ``parplan profile run`` carries the peak FLOP/s, memory
+    bandwidth, compute units and link figures of the device it was measured
+    on (``Profile.physics``); its predictors are fitted against those, so that
+    they mean the same whichever run's GPU they are used for. Built-in
+    profiles carry none and use ``gpu``'s catalog figures.
+
+    Parameters
+    ----------
+    gpu : GPUSpec or None
+        The run's GPU; None to describe the device by the profile's physics alone.
+
+    Raises
+    ------
+    SpecError
+        If ``gpu`` is None and the profile lacks a figure its tables need.
+    """
+    physics = profile.physics
+    if gpu is None:
+        missing = [key for key in _needed_physics(profile) if key not in physics]
+        if missing:
+            raise SpecError("gpu", None, f"a catalog GPU name: profile {profile.name!r} carries no measured "
+                                         f"{', '.join(missing)}")
+        # Figures no fitted family uses (capacity, node shape, network) get neutral placeholders.
+        gpu = GPUSpec(name=profile.device, display_name=profile.name, vendor="measured", peak_flops=(),
+                      hbm_capacity_bytes=0.0, hbm_bandwidth_bytes_per_s=1.0, num_sms=1,
+                      intra_node_bandwidth_bytes_per_s=1.0, intra_node_latency_s=0.0, gpus_per_node=1,
+                      nvlink_domain_size=1, inter_node_bandwidth_bytes_per_s=1.0, inter_node_latency_s=0.0)
+    if not physics:
+        return gpu
+    changes: dict[str, Any] = {key: value for key, value in physics.items() if key != "peak_flops"}
+    if "peak_flops" in physics:
+        changes["peak_flops"] = tuple(physics["peak_flops"].items())
+    return replace(gpu, name=profile.device, **changes)
+
+
+def _needed_physics(profile: Profile) -> list[str]:
+    needed: list[str] = []
+    if any(family.startswith("gemm") or family in _ATTENTION_TABLES for family in profile.tables):
+        needed += ["peak_flops", "num_sms"]
+    if any(family != "nccl" for family in profile.tables):
+        needed.append("hbm_bandwidth_bytes_per_s")
+    if "nccl" in profile.tables:
+        needed += ["intra_node_bandwidth_bytes_per_s", "intra_node_latency_s"]
+    return needed
+
+
+def fit_profile(profile: Profile, gpu: GPUSpec | None) -> FittedProfile:
     """Fit every family's predictor on its light sample (no cache)."""
+    gpu = device_gpu(profile, gpu)
     predictors, train_rows, dropped_rows, fit_seconds = {}, {}, {}, {}
     for family, spec in _family_layout(profile, gpu).items():
         table = profile.tables[spec.table]
@@ -226,25 +307,58 @@ def fit_profile(profile: Profile, gpu: GPUSpec) -> FittedProfile:
     return FittedProfile(profile, gpu, predictors, train_rows, fit_seconds, dropped_rows)
 
 
-def fitted_profile(profile: Profile, gpu: GPUSpec) -> FittedProfile:
-    """The fitted predictors of ``profile`` on ``gpu``: from memory, the disk cache, or fitted and stored.
+def fitted_profile(profile: Profile, gpu: GPUSpec | None) -> FittedProfile:
+    """The fitted predictors of ``profile`` on ``gpu``: from memory, disk, or fitted and stored.
 
-    The cache key is the profile's content hash, the GPU figures the features
-    use, ``CODE_VERSION`` and the scikit-learn version.
+    Disk is first the profile's own ``fitted/`` directory (written by
+    :func:`store_fitted`, i.e. ``parplan profile fit``), then the user cache,
+    where a fresh fit is stored. The cache key is the profile's content hash,
+    every estimator's parameters (the device figures its features use
+    included), ``CODE_VERSION`` and the scikit-learn version.
     """
+    gpu = device_gpu(profile, gpu)
     key = cache_key(profile, gpu)
     if key in _MEMO:
         return _MEMO[key]
-    payload = _cache.load_verified(key)
-    if isinstance(payload, dict) and payload.get("key") == key and _PAYLOAD_KEYS <= payload.keys():
-        fitted = FittedProfile(profile, gpu, payload["predictors"], payload["train_rows"], payload["fit_seconds"],
-                               payload["dropped_rows"])
-    else:
+    fitted = None
+    for directory in ([profile.path / FITTED_DIR] if profile.path is not None else []) + [None]:
+        payload = _cache.load_verified(key, directory)
+        if isinstance(payload, dict) and payload.get("key") == key and _PAYLOAD_KEYS <= payload.keys():
+            fitted = FittedProfile(profile, gpu, payload["predictors"], payload["train_rows"],
+                                   payload["fit_seconds"], payload["dropped_rows"])
+            break
+    if fitted is None:
         fitted = fit_profile(profile, gpu)
-        _cache.store(key, {"key": key, "predictors": fitted._predictors, "train_rows": fitted._train_rows,
-                           "dropped_rows": fitted._dropped_rows, "fit_seconds": fitted.fit_seconds})
+        _cache.store(key, _payload(key, fitted))
     _MEMO[key] = fitted
     return fitted
+
+
+def store_fitted(fitted: FittedProfile, directory: str | Path | None = None) -> Path:
+    """Write ``fitted`` beside its profile's tables (``<profile dir>/fitted``), or into ``directory``.
+
+    Returns
+    -------
+    Path
+        The data file written.
+
+    Raises
+    ------
+    SpecError
+        If no ``directory`` is given and the profile was not loaded from one.
+    """
+    if directory is None:
+        if fitted.profile.path is None:
+            raise SpecError("profile", fitted.profile.name, "a profile loaded from a directory")
+        directory = fitted.profile.path / FITTED_DIR
+    key = cache_key(fitted.profile, fitted.gpu)
+    _MEMO[key] = fitted
+    return _cache.store(key, _payload(key, fitted), Path(directory))
+
+
+def _payload(key: str, fitted: FittedProfile) -> dict[str, Any]:
+    return {"key": key, "predictors": fitted._predictors, "train_rows": fitted._train_rows,
+            "dropped_rows": fitted._dropped_rows, "fit_seconds": fitted.fit_seconds}
 
 
 def forget_fitted() -> None:
@@ -252,12 +366,16 @@ def forget_fitted() -> None:
     _MEMO.clear()
 
 
-def cache_key(profile: Profile, gpu: GPUSpec) -> str:
-    """File-name-safe cache key of ``profile`` fitted for ``gpu``."""
-    physics = {"peak_flops": list(gpu.peak_flops), "hbm": gpu.hbm_bandwidth_bytes_per_s, "num_sms": gpu.num_sms,
-               "link_bw": gpu.intra_node_bandwidth_bytes_per_s, "link_latency": gpu.intra_node_latency_s}
+def cache_key(profile: Profile, gpu: GPUSpec | None) -> str:
+    """File-name-safe cache key of ``profile`` fitted for ``gpu``.
+
+    Only the figures the estimators use enter the key, so that a profile
+    carrying all its own physics has one key whatever the run's GPU.
+    """
+    layout = _family_layout(profile, device_gpu(profile, gpu))
+    estimators = {family: spec.predictor.get_params() for family, spec in layout.items()}
     blob = json.dumps({"profile": profile.content_hash, "code": CODE_VERSION, "sklearn": sklearn.__version__,
-                       "gpu": physics}, sort_keys=True)
+                       "estimators": estimators}, sort_keys=True, default=str)
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", profile.device)[:40]
     return f"{slug}-{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
 
@@ -268,19 +386,29 @@ def _family_layout(profile: Profile, gpu: GPUSpec) -> dict[str, _Family]:
     out: dict[str, _Family] = {}
     for dtype, (table, element_bytes) in _GEMM_DTYPES.items():
         if table in profile.tables and gpu.supports(dtype):
-            out[table] = _Family(table, ("m", "n", "k"), None,
+            out[table] = _Family(table, ("m", "n", "k"), (),
                                  GemmPredictor(peak_flops=gpu.peak(dtype), hbm_bandwidth_bytes_per_s=bandwidth,
                                                num_sms=sms, bytes_per_element=element_bytes, random_state=_SEED))
-    if "attention_fwd" in profile.tables and gpu.supports("bf16"):
-        out["attention_fwd"] = _Family("attention_fwd", _ATTENTION_COLUMNS, ("causal", True),
-                                       AttentionPredictor(peak_flops=gpu.peak("bf16"),
-                                                          hbm_bandwidth_bytes_per_s=bandwidth, num_sms=sms,
-                                                          random_state=_SEED))
+    for table in _ATTENTION_TABLES:
+        if table in profile.tables and gpu.supports("bf16"):
+            out[table] = _Family(table, _ATTENTION_COLUMNS, (("causal", True),),
+                                 AttentionPredictor(peak_flops=gpu.peak("bf16"), hbm_bandwidth_bytes_per_s=bandwidth,
+                                                    num_sms=sms, random_state=_SEED))
+    if "memory" in profile.tables:
+        memory = profile.tables["memory"]
+        for kind, phase in sorted(set(zip(memory["kind"].tolist(), memory["phase"].tolist()))):
+            rows = (memory["kind"] == kind) & (memory["phase"] == phase)
+            # The measured kernel's own bytes per element (a bf16 norm 4, an fp32 AdamW step 28).
+            per_element = float(np.median(memory["bytes"][rows] / np.maximum(memory["elements"][rows], 1)))
+            out[f"memory_{kind}_{phase}"] = _Family(
+                "memory", ("elements",), (("kind", kind), ("phase", phase)),
+                MemoryPredictor(bytes_per_element=max(per_element, 1e-3), hbm_bandwidth_bytes_per_s=bandwidth,
+                                random_state=_SEED))
     if "nccl" in profile.tables:
         present = set(profile.tables["nccl"]["op"].tolist())
         for op in COLLECTIVE_OPS:
             if op in present:
-                out[f"nccl_{op}"] = _Family("nccl", _COLLECTIVE_COLUMNS, ("op", op), CollectivePredictor(
+                out[f"nccl_{op}"] = _Family("nccl", _COLLECTIVE_COLUMNS, (("op", op),), CollectivePredictor(
                     op=op, link_bandwidth_bytes_per_s=gpu.intra_node_bandwidth_bytes_per_s,
                     link_latency_s=gpu.intra_node_latency_s, random_state=_SEED))
     return out

@@ -42,6 +42,10 @@ import numpy as np
 
 __all__ = ["grid_outliers", "light_sample"]
 
+# The outlier grid holds one cell per combination of distinct shape values; past 16 M cells
+# (128 MiB) the shapes are scattered, not a grid, and no row is flagged.
+_MAX_GRID_CELLS = 2**24
+
 
 def light_sample(shapes: np.ndarray, recipe: dict[str, Any]) -> np.ndarray:
     """Indices (sorted) of the training rows of one table.
@@ -116,7 +120,8 @@ def grid_outliers(X: np.ndarray, latency: np.ndarray, factor: float = 2.0) -> np
     The estimate of a row is the median, over every pair of opposite
     neighbours (one grid step either way along any combination of axes), of
     the pair's geometric-mean latency; rows without such a pair are never
-    flagged. Grid steps are between the distinct values present in ``X``.
+    flagged. Grid steps are between the distinct values present in ``X``; when the
+    grid would exceed 16 M cells (scattered shapes, not a grid) no row is flagged.
 
     Parameters
     ----------
@@ -132,6 +137,9 @@ def grid_outliers(X: np.ndarray, latency: np.ndarray, factor: float = 2.0) -> np
     ndarray of bool
     """
     axes = [np.unique(column) for column in X.T]
+    if np.prod([values.size + 2.0 for values in axes]) > _MAX_GRID_CELLS:
+        # Scattered shapes (a space-filling design, a trace) form no grid: no row has grid neighbours.
+        return np.zeros(latency.size, dtype=bool)
     index = np.column_stack([np.searchsorted(values, column) for values, column in zip(axes, X.T, strict=True)])
     grid = np.full([values.size + 2 for values in axes], np.nan)  # padded by one cell each side
     grid[tuple((index + 1).T)] = np.log(latency)

@@ -9,9 +9,10 @@ config does not state (activation, normalisation, position embedding, biases).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from costmodel.specs.errors import SpecError
 from costmodel.specs.model import ModelSpec

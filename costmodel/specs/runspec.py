@@ -11,7 +11,7 @@ import yaml
 
 from costmodel.specs.catalog import get_gpu, get_model
 from costmodel.specs.errors import SpecError, reject_unknown_keys, require_int, require_number
-from costmodel.specs.gpu import CLUSTER_KEYS, GiB, ClusterSpec, override_gpu
+from costmodel.specs.gpu import CLUSTER_KEYS, ClusterSpec, GiB, override_gpu
 from costmodel.specs.model import ModelSpec, model_from_mapping
 from costmodel.specs.strategy import STRATEGY_KEYS, Strategy
 
@@ -34,7 +34,7 @@ class RunSpec:
     def tokens_per_step(self) -> int:
         return self.strategy.global_batch_size * self.seq_length
 
-    def with_strategy(self, strategy: Strategy) -> "RunSpec":
+    def with_strategy(self, strategy: Strategy) -> RunSpec:
         return replace(self, strategy=strategy)
 
 

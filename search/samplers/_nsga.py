@@ -28,5 +28,4 @@ class NSGAIISearcher(OptunaSearcher):
         self.population_size = population_size
 
     def make_sampler(self) -> optuna.samplers.BaseSampler:
-        return optuna.samplers.NSGAIISampler(seed=self.seed, population_size=self.population_size,
-                                             constraints_func=constraints)
+        return optuna.samplers.NSGAIISampler(seed=self.seed, population_size=self.population_size)

@@ -17,6 +17,11 @@ class OptunaSearcher(BaseSearcher):
     objective: str = "time"
     default_trials: int = 200
 
+    def _run(self, study: Any, space: StrategySpace, evaluator: Evaluator, total: int) -> None:
+        """Run trials until the study holds ``total`` (subclasses may schedule phases)."""
+        study.optimize(optuna_objective(evaluator, space, self.objective), n_trials=total - len(study.trials),
+                       gc_after_trial=False)
+
     def search(self, space: StrategySpace, evaluator: Evaluator, *, n_trials: int | None,
                study: Any = None) -> list[Evaluation]:
         total = self.default_trials if n_trials is None else n_trials
@@ -37,8 +42,7 @@ class OptunaSearcher(BaseSearcher):
         remaining = max(0, total - len(done))
         before = len(study.trials)
         if remaining:
-            study.optimize(optuna_objective(evaluator, space, self.objective), n_trials=remaining,
-                           gc_after_trial=False)
+            self._run(study, space, evaluator, len(study.trials) + remaining)
         new = study.get_trials(deepcopy=False)[before:]
         return done + [evaluator.evaluate(strategy_from_attrs(t.user_attrs, space)) for t in new
                        if "strategy" in t.user_attrs]
