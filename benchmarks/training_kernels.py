@@ -92,20 +92,26 @@ def run(data: Path) -> dict[str, dict[str, float]]:
         if not path.is_file():
             continue
         rows = _rows(path)
-        pf, pb, mf, mb, fallbacks = [], [], [], [], 0
+        pf, pb, mf, mb, fallbacks, profiled = [], [], [], [], 0, []
         for r in rows:
             fwd, bwd = build(r)
             tf, tb = timer.time_ops(fwd), timer.time_ops(bwd)
-            fallbacks += sum(s == "roofline" for s in tf.sources + tb.sources)
+            used_fallback = any(s == "roofline" for s in tf.sources + tb.sources)
+            fallbacks += used_fallback
+            profiled.append(not used_fallback)
             pf.append(tf.total())
             pb.append(tb.total())
             mf.append(r["F_dur(us)"] * 1e-6)
             mb.append(r["B_dur(us)"] * 1e-6)
-        ef = np.abs(np.array(pf) / np.array(mf) - 1)
-        eb = np.abs(np.array(pb) / np.array(mb) - 1)
+        sf = np.array(pf) / np.array(mf) - 1
+        sb = np.array(pb) / np.array(mb) - 1
+        ef, eb, inside = np.abs(sf), np.abs(sb), np.array(profiled)
         results[op] = {"n": len(rows), "fwd_mape": float(ef.mean()), "bwd_mape": float(eb.mean()),
                        "fwd_p90": float(np.quantile(ef, 0.9)), "bwd_p90": float(np.quantile(eb, 0.9)),
-                       "roofline_fallbacks": fallbacks}
+                       "fwd_median_signed": float(np.median(sf)), "bwd_median_signed": float(np.median(sb)),
+                       "rows_with_fallback": fallbacks,
+                       "fwd_mape_profiled_rows": float(ef[inside].mean()) if inside.any() else None,
+                       "bwd_mape_profiled_rows": float(eb[inside].mean()) if inside.any() else None}
     return results
 
 
@@ -121,10 +127,16 @@ def main() -> int:
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    print(f"{'operator':14s} {'n':>5s} {'fwd MAPE':>9s} {'fwd p90':>8s} {'bwd MAPE':>9s} {'bwd p90':>8s} fallbacks")
+    def pct(x: float | None) -> str:
+        return "    -" if x is None else f"{100 * x:5.1f}%"
+
+    print(f"{'operator':14s} {'n':>5s} {'fwd MAPE':>9s} {'fwd p90':>8s} {'fwd bias':>8s} {'bwd MAPE':>9s} "
+          f"{'bwd p90':>8s} {'bwd bias':>8s} {'fallback rows':>13s} {'MAPE on profiled rows (f/b)':>28s}")
     for op, r in results.items():
-        print(f"{op:14s} {r['n']:5d} {100 * r['fwd_mape']:8.1f}% {100 * r['fwd_p90']:7.1f}% "
-              f"{100 * r['bwd_mape']:8.1f}% {100 * r['bwd_p90']:7.1f}% {r['roofline_fallbacks']}")
+        print(f"{op:14s} {r['n']:5d} {pct(r['fwd_mape']):>9s} {pct(r['fwd_p90']):>8s} "
+              f"{pct(r['fwd_median_signed']):>8s} {pct(r['bwd_mape']):>9s} {pct(r['bwd_p90']):>8s} "
+              f"{pct(r['bwd_median_signed']):>8s} {r['rows_with_fallback']:13d} "
+              f"{pct(r['fwd_mape_profiled_rows']):>13s} / {pct(r['bwd_mape_profiled_rows'])}")
     return 0
 
 

@@ -66,8 +66,13 @@ class TimedOps:
                    if op.family == family and op.phase in phases)
 
 
-def _gemm_family(dtype: str) -> str:
-    return "gemm_fp8" if dtype == "fp8" else "gemm_bf16"
+def _gemm_family(dtype: str, available: tuple[str, ...] = ()) -> str:
+    """The GEMM table for ``dtype``; fp16 reads the bf16 table when it has none (equal tensor-core peaks)."""
+    if dtype == "fp8":
+        return "gemm_fp8"
+    if dtype == "fp16" and "gemm_fp16" in available:
+        return "gemm_fp16"
+    return "gemm_bf16"
 
 
 @dataclass
@@ -135,7 +140,7 @@ class OperatorTimer:
         for op in gemms:
             by_dtype.setdefault(op.dtype, []).append(op)
         for dtype, group in by_dtype.items():
-            family = _gemm_family(dtype)
+            family = _gemm_family(dtype, self.predictors.families if self.predictors is not None else ())
             if not self._has(family):
                 note = (f"{family}: no sampled table for {self.gpu.name}; roofline at the published "
                         f"achievable fraction of peak")
@@ -144,7 +149,8 @@ class OperatorTimer:
                 continue
             assert self.predictors is not None
             shapes = np.array([op.shape for op in group], dtype=float)
-            seconds, in_range = self.predictors.predict_gemm(shapes[:, 0], shapes[:, 1], shapes[:, 2], dtype)
+            table_dtype = family.removeprefix("gemm_")
+            seconds, in_range = self.predictors.predict_gemm(shapes[:, 0], shapes[:, 1], shapes[:, 2], table_dtype)
             for op, sec, ok in zip(group, seconds, in_range):
                 if ok:
                     self._memo[self._key(op)] = (float(sec), SOURCE_PROFILE, None)
