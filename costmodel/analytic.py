@@ -7,6 +7,7 @@ outside a profile's sampled range. Every figure carries its source.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +26,60 @@ ATTENTION_PEAK_FRACTION = 0.50
 # A kernel never takes less than a launch: 2 us floor (torchao roofline model, as collected in
 # hardware_and_formulas.md section 3e).
 KERNEL_FLOOR_S = 2e-6
+
+
+# Backward GEMMs (the data gradient dX = dY W, an NN-layout GEMM, and the weight gradient
+# dW = dY^T X, TN layout) against the forward-layout (NT, Y = X W^T) tables. Derived from Zhang
+# et al. 2025 (arXiv 2509.22832) A100 measurements, estimate-train-time
+# Perlmutter/operator/NVIDIAA100-SXM4-80GB_linear{2,3,4,_final}_fp16.csv (bias-free nn.Linear,
+# 5616 rows): the median over rows of (measured backward / predicted dgrad + wgrad) divided by
+# (measured forward / predicted forward), both predicted from the a100-sxm4-80gb profile, is
+# 0.930: the backward pair runs 7.5% faster per FLOP than the forward table gives, relative to the
+# same profile's forward error (measured B/F time 1.84-1.88 per op, predicted 2.00). Out-of-sample
+# check on the GH200 measurements (Vista/operator/NVIDIAGH200120GB_linear*_fp16.csv, predicted
+# with the h100-sxm5-80gb profile; benchmarks/training_kernels.py --system vista): the same
+# statistic is 0.92 on GEMMs of >= 300 GFLOP, where the backward span holds the two kernels
+# alone; smaller GH200 GEMMs carry a launch gap of tens of microseconds between them in the
+# profiler span (statistic 0.96 over all rows). Applied to 16-bit GEMMs timed from a table.
+BACKWARD_GEMM_TIME_FACTOR = 0.93
+
+# FlashAttention-2 runs one kernel per head dimension rounded up to a multiple of 32
+# (HEADDIM_SWITCH in Dao-AILab/flash-attention csrc/flash_attn/src/static_switch.h: 32, 64, 96,
+# 128, 160, 192, 224, 256), padding the rest; a head dimension that is not the kernel's own runs
+# the predicated (not Is_even_K) path. Efficiency (FLOP/s over the real head dim) relative to
+# head dim 128, per kernel head dim: medians of the non-causal forward TFLOP/s over shapes of
+# >= 1 TFLOP in Zhang et al. 2025 A100 measurements (estimate-train-time
+# Perlmutter/operator/NVIDIAA100-SXM4-80GB_flash_atten_fp16.csv, head dims equal to a kernel's),
+# and the median loss of the padded head dims against (d / kernel dim) x their kernel's
+# efficiency. Out-of-sample checks: on the GH200 measurements of the same FlashAttention-2 call
+# (Vista/.../NVIDIAGH200120GB_flash_atten_fp16.csv) these factors give each head dim's TFLOP/s
+# relative to head dim 128 within 5.5% on average over the 21 head dims 32-256 (2.7% on A100,
+# in-sample); the FlashAttention-2 README's A100 fwd+bwd head-dim 64 / 128 time ratio is
+# 0.556-0.575 (hardware_and_formulas.md 4b), these factors give 0.554.
+FA2_HEAD_DIM_EFFICIENCY = {32: 0.64, 64: 0.90, 96: 0.96, 128: 1.0, 160: 0.90, 192: 0.86, 224: 0.81, 256: 0.89}
+FA2_PADDED_HEAD_DIM_LOSS = 0.82
+
+
+def attention_head_dim_efficiency(head_dim: float) -> float:
+    """FlashAttention-2 FLOP efficiency at ``head_dim`` relative to head dim 128 (see above).
+
+    Head dims above 256 (no FlashAttention-2 kernel) keep the 256 kernel's efficiency.
+    """
+    d = float(max(head_dim, 1))
+    kernel = min(256, 32 * int(np.ceil(d / 32)))
+    if d > 256:
+        return FA2_HEAD_DIM_EFFICIENCY[256]
+    efficiency = FA2_HEAD_DIM_EFFICIENCY[kernel] * d / kernel
+    return efficiency if d == kernel else efficiency * FA2_PADDED_HEAD_DIM_LOSS
+
+
+def attention_head_dim_time_factor(head_dim: float, reference_head_dim: float) -> float:
+    """Attention time at ``head_dim`` over its time at ``reference_head_dim``, all else equal.
+
+    FLOPs scale with the head dim and FLOP/s with ``attention_head_dim_efficiency``.
+    """
+    return ((head_dim / attention_head_dim_efficiency(head_dim))
+            / (reference_head_dim / attention_head_dim_efficiency(reference_head_dim)))
 
 
 def attention_backward_ratio(seq: int) -> float:
@@ -51,6 +106,52 @@ def noncausal_time_factor(seq: int) -> float:
     x = np.log2(np.clip(seq, _FA2_A100_SEQ[0], _FA2_A100_SEQ[-1]))
     ratio = np.interp(x, np.log2(_FA2_A100_SEQ), np.array(_FA2_A100_CAUSAL) / np.array(_FA2_A100_FULL))
     return float(2.0 * ratio)
+
+
+# The built-in A100 attention table (aiconfigurator-core, SGLang 0.5.10 "flash_attention" causal
+# prefill) matches FlashAttention-2's published causal throughput at long sequences (the table's
+# predicted forward TFLOP/s at the README's configuration -- batch 16384 / seq, 16 heads of 128 -- is
+# 186 and 190 at 8k and 16k against the README's 182 and 189) but falls behind at short ones (102
+# against 133 at 1k, 63 against 99 at 512): the prefill path carries costs the training kernel does
+# not. FA2_LEVEL_DEVICES names the built-in profiles whose attention times are brought to the
+# FlashAttention-2 level by the ratio of the table's predicted causal throughput to the README's at
+# that configuration, a function of sequence length (see OperatorTimer). Checked out of sample on
+# Zhang et al. 2025's A100 FlashAttention-2 measurements (benchmarks/training_kernels.py): forward
+# MAPE 23% -> 13%, bias +17% -> +6%. Not applied to Hopper and newer tables: they hold
+# FlashAttention-3 or FlashInfer kernels, for which no training-kernel level is published here.
+FA2_LEVEL_DEVICES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "a100-sxm4-80gb": (_FA2_A100_SEQ, _FA2_A100_CAUSAL),
+}
+FA2_LEVEL_HEADS = 16
+FA2_LEVEL_HEAD_DIM = 128
+FA2_LEVEL_TOKENS = 16384
+
+
+def fa2_level_factors(device: str, causal_seconds: Any) -> np.ndarray | None:
+    """Per README sequence length, FlashAttention-2 time / table time (None when ``device`` has no figures).
+
+    Parameters
+    ----------
+    device : str
+        Profile device name (a key of ``FA2_LEVEL_DEVICES``).
+    causal_seconds : callable
+        ``causal_seconds(batch, seq, heads, kv_heads, head_dim) -> seconds`` (arrays): the table's
+        causal forward prediction.
+    """
+    if device not in FA2_LEVEL_DEVICES:
+        return None
+    seqs, causal_tflops = (np.asarray(v, dtype=float) for v in FA2_LEVEL_DEVICES[device])
+    batch = FA2_LEVEL_TOKENS / seqs
+    heads = np.full_like(seqs, FA2_LEVEL_HEADS)
+    table = np.asarray(causal_seconds(batch, seqs, heads, heads, np.full_like(seqs, FA2_LEVEL_HEAD_DIM)), float)
+    flops = 2.0 * batch * seqs * seqs * FA2_LEVEL_HEADS * FA2_LEVEL_HEAD_DIM  # causal forward
+    return flops / (causal_tflops * 1e12) / table
+
+
+def fa2_level_factor(device: str, factors: np.ndarray, seq: float) -> float:
+    """``fa2_level_factors`` interpolated at ``seq`` (log scale, constant beyond the published range)."""
+    seqs = np.asarray(FA2_LEVEL_DEVICES[device][0], dtype=float)
+    return float(np.interp(np.log(np.clip(seq, seqs[0], seqs[-1])), np.log(seqs), factors))
 
 
 @dataclass(frozen=True)

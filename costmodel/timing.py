@@ -14,7 +14,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from costmodel.analytic import (
+    BACKWARD_GEMM_TIME_FACTOR,
+    FA2_LEVEL_DEVICES,
+    fa2_level_factor,
+    fa2_level_factors,
     attention_backward_ratio,
+    attention_head_dim_time_factor,
     attention_roofline_seconds,
     gemm_roofline_seconds,
     memory_op_seconds,
@@ -31,6 +36,15 @@ NOTE_MEMORY = ("norms, activations, residuals, rotary, cross-entropy and the opt
 NOTE_NONCAUSAL = ("non-causal attention: causal table x FlashAttention-2 non-causal/causal time ratio")
 NOTE_ATTENTION_BWD = ("attention backward: sampled forward time x measured backward/forward ratio "
                       "(no backward table)")
+NOTE_GEMM_BWD = (f"backward GEMMs (dgrad, wgrad): forward-layout table time x {BACKWARD_GEMM_TIME_FACTOR}, "
+                 "the backward/forward efficiency ratio measured on A100 by Zhang et al. 2025")
+NOTE_HEAD_DIM = ("attention head dim outside the table's sampled head dims: timed at the nearest sampled head dim "
+                 "x the FlashAttention-2 per-head-dim efficiency (costmodel.analytic)")
+NOTE_FA2_LEVEL = ("attention: the built-in table's causal prefill kernel brought to FlashAttention-2's published "
+                  "throughput by sequence length (costmodel.analytic.FA2_LEVEL_DEVICES)")
+# GEMM roles whose table time is scaled by BACKWARD_GEMM_TIME_FACTOR, and the table dtypes it holds for.
+_BACKWARD_ROLES = ("dgrad", "wgrad")
+_BACKWARD_FACTOR_DTYPES = ("bf16", "fp16")
 
 
 class Predictors(Protocol):
@@ -43,6 +57,8 @@ class Predictors(Protocol):
 
     def predict_attention_fwd(self, batch: Any, seq: Any, heads: Any, kv_heads: Any,
                               head_dim: Any) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def sampled_range(self, family: str) -> dict[str, tuple[float, float]]: ...
 
 
 @dataclass
@@ -66,6 +82,12 @@ class TimedOps:
                    if op.family == family and op.phase in phases)
 
 
+def _gemm_role(op: Op) -> str:
+    """``fwd``, ``dgrad`` or ``wgrad``: the last part of a GEMM op's name (``costmodel.decompose``)."""
+    role = op.name.rsplit(".", 1)[-1]
+    return role if role in _BACKWARD_ROLES else "fwd"
+
+
 def _gemm_family(dtype: str, available: tuple[str, ...] = ()) -> str:
     """The GEMM table for ``dtype``; fp16 reads the bf16 table when it has none (equal tensor-core peaks)."""
     if dtype == "fp8":
@@ -81,8 +103,9 @@ class OperatorTimer:
 
     gpu: GPUSpec
     predictors: Predictors | None = None
-    _memo: dict[tuple[Any, ...], tuple[float, str, str | None]] = field(default_factory=dict, repr=False)
+    _memo: dict[tuple[Any, ...], tuple[float, str, tuple[str, ...]]] = field(default_factory=dict, repr=False)
     _comm_memo: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+    _fa2_level: list[np.ndarray | None] = field(default_factory=list, repr=False)  # computed once, on first use
 
     @property
     def profile_name(self) -> str | None:
@@ -109,9 +132,27 @@ class OperatorTimer:
             self._comm_memo[key] = hit
         return hit
 
+    def _attention_level(self) -> np.ndarray | None:
+        """FA2-level factors of a built-in profile listed in ``FA2_LEVEL_DEVICES``, else None (memoised)."""
+        if not self._fa2_level:
+            factors = None
+            profile = getattr(self.predictors, "profile", None)
+            builtin = profile is not None and profile.path is None \
+                and str(profile.metadata.get("source", "")).startswith("aiconfigurator-core")
+            if builtin and profile.device in FA2_LEVEL_DEVICES and self._has("attention_fwd"):
+                assert self.predictors is not None
+                factors = fa2_level_factors(profile.device, lambda *shape: self.predictors.predict_attention_fwd(
+                    *shape)[0])
+                if factors is not None and not np.all(np.isfinite(factors)):
+                    factors = None
+            self._fa2_level.append(factors)
+        return self._fa2_level[0]
+
     @staticmethod
     def _key(op: Op) -> tuple[Any, ...]:
-        if op.family in ("gemm", "attention_fwd", "attention_bwd"):
+        if op.family == "gemm":
+            return (op.family, op.shape, op.dtype, _gemm_role(op) != "fwd")
+        if op.family in ("attention_fwd", "attention_bwd"):
             return (op.family, op.shape, op.dtype)
         return (op.family, op.name.split(".")[0], op.phase == "fwd" or op.phase == "recompute", op.bytes)
 
@@ -121,7 +162,7 @@ class OperatorTimer:
         if missing:
             self._fill(missing)
         results = [self._memo[self._key(op)] for op in ops]
-        notes = sorted({r[2] for r in results if r[2] is not None})
+        notes = sorted({note for r in results for note in r[2]})
         return TimedOps(ops, np.array([r[0] for r in results]), [r[1] for r in results], notes)
 
     # -- filling the memo -------------------------------------------------------
@@ -131,7 +172,7 @@ class OperatorTimer:
         attention = [op for op in unique.values() if op.family in ("attention_fwd", "attention_bwd")]
         for op in unique.values():
             if op.family in ("memory", "optimizer"):
-                self._memo[self._key(op)] = (memory_op_seconds(op, self.gpu), SOURCE_ANALYTIC, NOTE_MEMORY)
+                self._memo[self._key(op)] = (memory_op_seconds(op, self.gpu), SOURCE_ANALYTIC, (NOTE_MEMORY,))
         self._fill_gemms(gemms)
         self._fill_attention(attention)
 
@@ -145,19 +186,35 @@ class OperatorTimer:
                 note = (f"{family}: no sampled table for {self.gpu.name}; roofline at the published "
                         f"achievable fraction of peak")
                 for op in group:
-                    self._memo[self._key(op)] = (gemm_roofline_seconds(op, self.gpu), SOURCE_ROOFLINE, note)
+                    self._memo[self._key(op)] = (gemm_roofline_seconds(op, self.gpu), SOURCE_ROOFLINE, (note,))
                 continue
             assert self.predictors is not None
             shapes = np.array([op.shape for op in group], dtype=float)
             table_dtype = family.removeprefix("gemm_")
-            seconds, in_range = self.predictors.predict_gemm(shapes[:, 0], shapes[:, 1], shapes[:, 2], table_dtype)
-            for op, sec, ok in zip(group, seconds, in_range):
-                if ok:
-                    self._memo[self._key(op)] = (float(sec), SOURCE_PROFILE, None)
-                else:
+            m, n, k = shapes.T
+            seconds, in_range = self.predictors.predict_gemm(m, n, k, table_dtype)
+            # C[m, n] and its transpose C^T[n, m] are one GEMM with the operands swapped (same FLOPs and
+            # bytes; on the A100 and H100 tables the two orientations differ by a median 3%, the tables'
+            # own noise): a shape outside the table's range in one orientation is timed in the other.
+            swapped = ~in_range
+            if swapped.any():
+                other, other_ok = self.predictors.predict_gemm(n[swapped], m[swapped], k[swapped], table_dtype)
+                seconds[swapped], in_range[swapped] = other, other_ok
+            backward = table_dtype in _BACKWARD_FACTOR_DTYPES
+            for op, sec, ok, turned in zip(group, seconds, in_range, swapped):
+                if not ok:
                     note = (f"{op.name.split('.')[0]} GEMM (m, n, k)={op.shape} lies outside the {family} "
                             f"table's sampled range: roofline fall-back")
-                    self._memo[self._key(op)] = (gemm_roofline_seconds(op, self.gpu), SOURCE_ROOFLINE, note)
+                    self._memo[self._key(op)] = (gemm_roofline_seconds(op, self.gpu), SOURCE_ROOFLINE, (note,))
+                    continue
+                notes: tuple[str, ...] = ()
+                if turned:
+                    notes += (f"{op.name.split('.')[0]} GEMM (m, n, k)={op.shape} timed as its transpose "
+                              f"(n, m, k): outside the {family} table's range in its own orientation",)
+                if backward and _gemm_role(op) in _BACKWARD_ROLES:
+                    sec = sec * BACKWARD_GEMM_TIME_FACTOR
+                    notes += (NOTE_GEMM_BWD,)
+                self._memo[self._key(op)] = (float(sec), SOURCE_PROFILE, notes)
 
     def _fill_attention(self, ops: list[Op]) -> None:
         if not ops:
@@ -166,22 +223,37 @@ class OperatorTimer:
             note = (f"attention: no sampled table for {self.gpu.name}; roofline at the measured "
                     f"flash-attention fraction of peak")
             for op in ops:
-                self._memo[self._key(op)] = (attention_roofline_seconds(op, self.gpu), SOURCE_ROOFLINE, note)
+                self._memo[self._key(op)] = (attention_roofline_seconds(op, self.gpu), SOURCE_ROOFLINE, (note,))
             return
         assert self.predictors is not None
         shapes = np.array([op.shape[:5] for op in ops], dtype=float)
+        # Head dims between the sampled ones are the table predictor's; outside them (an A100 table
+        # holds head dim 128 alone) the op is timed at the nearest sampled head dim and converted with
+        # the FlashAttention-2 per-head-dim efficiency, never extrapolated by the regressor.
+        head_dim = shapes[:, 4].copy()
+        sampled = getattr(self.predictors, "sampled_range", None)
+        if sampled is not None:
+            low, high = sampled("attention_fwd")["head_dim"]
+            shapes[:, 4] = np.clip(head_dim, low, high)
         seconds, in_range = self.predictors.predict_attention_fwd(*shapes.T)
-        for op, sec, ok in zip(ops, seconds, in_range):
+        level = self._attention_level()
+        for op, sec, ok, d, d_ref in zip(ops, seconds, in_range, head_dim, shapes[:, 4]):
             if not ok:
                 note = (f"attention (batch, seq, heads, kv_heads, head_dim)={op.shape[:5]} lies outside the "
                         f"attention table's sampled range: roofline fall-back")
-                self._memo[self._key(op)] = (attention_roofline_seconds(op, self.gpu), SOURCE_ROOFLINE, note)
+                self._memo[self._key(op)] = (attention_roofline_seconds(op, self.gpu), SOURCE_ROOFLINE, (note,))
                 continue
-            note = None
+            notes: tuple[str, ...] = ()
+            if level is not None:
+                notes += (NOTE_FA2_LEVEL,)
+                sec = sec * fa2_level_factor(self.predictors.profile.device, level, op.shape[1])
+            if d != d_ref:
+                notes += (NOTE_HEAD_DIM,)
+                sec = sec * attention_head_dim_time_factor(d, d_ref)
             if len(op.shape) > 5 and op.shape[5] == 0:
-                note = NOTE_NONCAUSAL
+                notes += (NOTE_NONCAUSAL,)
                 sec = sec * noncausal_time_factor(op.shape[1])
             if op.family == "attention_bwd":
-                note = NOTE_ATTENTION_BWD
+                notes += (NOTE_ATTENTION_BWD,)
                 sec = sec * attention_backward_ratio(op.shape[1])
-            self._memo[self._key(op)] = (float(sec), SOURCE_PROFILE, note)
+            self._memo[self._key(op)] = (float(sec), SOURCE_PROFILE, notes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from functools import partial
 from typing import Any
@@ -118,7 +119,7 @@ def problem_from_args(args: argparse.Namespace, num_gpus: int) -> SearchProblem:
     allowed = {k: tuple(parse_knob_value(k, x) for x in v.split(",") if x.strip())
                for k, v in _pairs(args.allow, "allow")}
     return SearchProblem(model=model, gpu=gpu, num_gpus=num_gpus, global_batch_size=batch, seq_length=seq,
-                         gpus_per_node=args.gpus_per_node, fixed=fixed, allowed=allowed,
+                         gpus_per_node=args.gpus_per_node, fixed=tuple(fixed.items()), allowed=tuple(allowed.items()),
                          max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_ep=args.max_ep,
                          max_vpp=args.max_vpp, max_micro_batch_size=args.max_micro_batch_size)
 
@@ -239,9 +240,13 @@ def _plan_failure(plan: BudgetPlan) -> list[str]:
             [f"No legal strategy on any of {', '.join(str(r.num_gpus) for r in plan.rows)} GPUs."]
     fastest = plan.fastest
     assert fastest is not None
+    assert fastest.days is not None and plan.budget.deadline_days is not None
+    # Assumes throughput keeps scaling linearly: a lower bound on the GPUs needed, to size the next search.
+    needed = fastest.num_gpus * fastest.days / plan.budget.deadline_days
+    suggest = 2 ** math.ceil(math.log2(needed))
     return [f"No GPU count meets the {plan.budget.deadline_days:g}-day deadline: the fastest, "
-            f"{fastest.num_gpus} GPUs, needs {human_days(fastest.days)} days. Allow more GPUs (--max-gpus) "
-            f"or more days."]
+            f"{fastest.num_gpus} GPUs, needs {human_days(fastest.days)} days. At its throughput per GPU the "
+            f"deadline needs at least {needed:,.0f} GPUs: try --max-gpus {suggest}, or allow more days."]
 
 
 # -- printing -----------------------------------------------------------------------------------
@@ -260,7 +265,8 @@ def _print_result(result: SearchResult, top: int) -> None:
     for i, e in enumerate(ranked, 1):
         b = dict(e.breakdown)
         rows.append([str(i), strategy_label(e.strategy), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:.0f}",
-                     f"{e.mfu:.3f}", f"{e.peak_memory_gib:.1f}"] + [f"{b.get(k, 0.0):.3f}" for k, _ in BREAKDOWN_COLUMNS])
+                     f"{e.mfu:.3f}", f"{e.peak_memory_gib:.1f}"]
+                    + [f"{b.get(k, 0.0):.3f}" for k, _ in BREAKDOWN_COLUMNS])
     _table(rows, ["#", "strategy", "step s", "tok/s/GPU", "MFU", "mem GiB"] + [h for _, h in BREAKDOWN_COLUMNS])
     if result.objective == "pareto":
         print("(Pareto front: each row is faster than the next or needs less memory)")

@@ -29,8 +29,8 @@ from costmodel.compute import distinct_stages
 from costmodel.decompose import stage_ops
 from costmodel.ops import Op
 from costmodel.predict import timer_for
-from costmodel.specs.runspec import RunSpec
 from costmodel.specs.gpu import GiB, GPUSpec
+from costmodel.specs.runspec import RunSpec
 from costmodel.specs.strategy import Strategy
 from costmodel.step import predict_step, throughput
 from costmodel.timing import OperatorTimer
@@ -135,16 +135,22 @@ class Evaluator:
             return hit
         run = self.problem.run(strategy)
         verdict = check(run)
-        usable = verdict.usable_bytes / GiB
+        usable = float(verdict.usable_bytes / GiB)
         if not verdict.fits:
-            result = Evaluation(strategy, verdict.violations, verdict.peak_memory_gib, usable)
+            result = Evaluation(strategy, verdict.violations, float(verdict.peak_memory_gib), usable)
         else:
             step = predict_step(run, self.timer)
             rates = throughput(run, step.step_time_s)
-            result = Evaluation(strategy, (), verdict.peak_memory_gib, usable, step.step_time_s,
-                                rates["tokens_per_s_per_gpu"], rates["mfu"], tuple(step.breakdown.items()))
+            result = Evaluation(strategy, (), float(verdict.peak_memory_gib), usable, float(step.step_time_s),
+                                float(rates["tokens_per_s_per_gpu"]), float(rates["mfu"]),
+                                tuple((k, float(v)) for k, v in step.breakdown.items()))
         self.cache[strategy] = result
         return result
+
+    def fits(self, strategy: Strategy) -> bool:
+        """Whether ``strategy`` passes the rules and the memory model (no time prediction, no memo entry)."""
+        hit = self.cache.get(strategy)
+        return hit.feasible if hit is not None else check(self.problem.run(strategy)).fits
 
     def evaluate_many(self, strategies: Iterable[Strategy]) -> list[Evaluation]:
         """Evaluate ``strategies``, timing the operators of all the feasible ones in one batch first."""
@@ -225,7 +231,8 @@ def record(trial: Any, evaluation: Evaluation, space: StrategySpace) -> None:
 def objective_values(evaluation: Evaluation, objective: str = "time") -> float | tuple[float, float]:
     """What Optuna minimises: step time, or (step time, peak memory) for the Pareto front."""
     if objective not in OBJECTIVES:
-        raise ValueError(f"The 'objective' parameter must be one of {', '.join(OBJECTIVES)}. Got {objective!r} instead.")
+        raise ValueError(f"The 'objective' parameter must be one of {', '.join(OBJECTIVES)}. "
+                         f"Got {objective!r} instead.")
     time_s = evaluation.step_time_s if evaluation.feasible else INFEASIBLE
     assert time_s is not None
     if objective == "pareto":

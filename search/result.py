@@ -113,8 +113,9 @@ class SearchResult:
                     rejected.append((-rejected_count[(knob, value)], f"{knob}={_fmt(value)}: {e.reason}"))
                 elif e.step_time_s is not None and best.step_time_s is not None:
                     pct = 100.0 * (e.step_time_s / best.step_time_s - 1.0)
-                    slower.append((pct, f"{knob}={_fmt(value)}: fits ({e.peak_memory_gib:.1f} GiB) but "
-                                        f"{pct:.1f}% slower ({e.step_time_s:.3f} s)"))
+                    verdict = f"{pct:.1f}% slower" if pct >= 0 else f"{-pct:.1f}% faster (the search missed it)"
+                    slower.append((pct, f"{knob}={_fmt(value)}: fits ({e.peak_memory_gib:.1f} GiB), "
+                                        f"{verdict} ({e.step_time_s:.3f} s)"))
         lines = [line for _, line in sorted(rejected)[:limit]]
         return lines + [line for _, line in sorted(slower)[:max(0, limit - len(lines))]]
 

@@ -101,9 +101,9 @@ class SearchProblem:
         Knobs restricted to a set of values (``--allow recompute=none,selective``).
     max_tp, max_pp, max_cp, max_ep, max_vpp, max_micro_batch_size : int, optional
         Upper bounds; ``None`` means only the divisibility rules bound the knob.
-        ``max_cp``, ``max_vpp`` and ``max_micro_batch_size`` default to 16, 8 and 8:
-        beyond them step time only gets worse for the models in the catalog, while
-        the space grows by half again.
+        ``max_cp``, ``max_vpp`` and ``max_micro_batch_size`` default to 16, 8 and 8
+        to keep exhaustive sweeps tractable (each bound cuts the space multiplicatively);
+        raise them (``--max-cp`` ...) for long sequences or small models.
     """
 
     model: ModelSpec
@@ -126,11 +126,9 @@ class SearchProblem:
             require_int(name, getattr(self, name))
         object.__setattr__(self, "fixed", _freeze(self.fixed))
         object.__setattr__(self, "allowed", tuple((k, tuple(v)) for k, v in _freeze(self.allowed)))
-        for knob, value in self.fixed:
+        for knob, _ in self.fixed:
             if knob not in KNOBS:
                 raise SpecError("fix", knob, "a knob (" + ", ".join(KNOBS) + ")")
-            if isinstance(value, str) and knob not in _INT_KNOBS | _BOOL_KNOBS:
-                continue
         for knob, values in self.allowed:
             if knob not in KNOBS:
                 raise SpecError("allow", knob, "a knob (" + ", ".join(KNOBS) + ")")
@@ -333,18 +331,17 @@ class StrategySpace:
     def neighbours(self, strategy: Strategy) -> list[Strategy]:
         """Legal strategies one move from ``strategy``: one knob changed (dp re-derived), or two
         parallel degrees traded by a factor of two at constant dp (tp/pp, tp/cp, pp/cp)."""
-        out: dict[Strategy, None] = {}
+        moves: list[Strategy | None] = []
         for knob, values in self.choices.items():
-            if knob == "dp":
-                continue
-            for value in values:
-                if value != getattr(strategy, knob):
-                    out[change_knob(strategy, knob, value, self.problem.num_gpus)] = None
+            if knob != "dp":
+                moves += [change_knob(strategy, knob, v, self.problem.num_gpus) for v in values
+                          if v != getattr(strategy, knob)]
         for up, down in itertools.permutations(("tp", "pp", "cp"), 2):
             if getattr(strategy, down) % 2 == 0:
-                out[change_knob(strategy, up, getattr(strategy, up) * 2, self.problem.num_gpus,
-                                **{down: getattr(strategy, down) // 2})] = None
-        return [s for s in out if s is not None and s != strategy and self.contains(s)]
+                moves.append(change_knob(strategy, up, getattr(strategy, up) * 2, self.problem.num_gpus,
+                                         **{down: getattr(strategy, down) // 2}))
+        legal = (s for s in moves if s is not None and s != strategy and self.contains(s))
+        return list(dict.fromkeys(legal))
 
     def knobs_of(self, strategy: Strategy) -> dict[str, Any]:
         """The searched knobs of ``strategy`` (layout and settings; switches only when they vary)."""
@@ -429,4 +426,6 @@ def nearest(value: Any, legal: Sequence[Any]) -> Any:
         return value
     if isinstance(value, bool) or not isinstance(value, int):
         return legal[0]
+    if value < 1 or min(legal) < 1:  # e.g. zero_stage: no log scale
+        return min(legal, key=lambda v: (abs(v - value), v))
     return min(legal, key=lambda v: (abs(math.log2(v) - math.log2(value)), v))

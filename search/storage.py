@@ -10,6 +10,11 @@ import optuna
 from costmodel.specs.errors import SpecError
 
 
+def study_directions(directions: tuple[str, ...]) -> list[optuna.study.StudyDirection]:
+    """Optuna directions from ``("minimize", ...)``."""
+    return [optuna.study.StudyDirection[d.upper()] for d in directions]
+
+
 def storage_url(storage: str | None, study_name: str | None) -> str | None:
     """The storage URL to use: ``storage`` as given, or ``sqlite:///<study_name>.db`` in the working directory."""
     if storage:
@@ -34,7 +39,7 @@ def open_study(storage: str | None, study_name: str | None, directions: tuple[st
         return None
     if study_name is None:
         raise SpecError("study-name", None, "given with --storage")
-    study = optuna.create_study(storage=url, study_name=study_name, directions=list(directions),
+    study = optuna.create_study(storage=url, study_name=study_name, directions=study_directions(directions),
                                 sampler=sampler, load_if_exists=True)
     stored = tuple(d.name.lower() for d in study.directions)
     if stored != directions:

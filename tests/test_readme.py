@@ -15,7 +15,7 @@ def _readme_commands() -> list[str]:
 def test_readme_starts_with_two_setup_commands() -> None:
     commands = _readme_commands()
     assert "parplan " in commands[0] and "pip install" in commands[0]
-    assert "pytest" in commands[1] and "[test]" in commands[1]
+    assert "pytest" in commands[1] and "[test" in commands[1]
 
 
 def test_ci_runs_the_readme_test_command() -> None:

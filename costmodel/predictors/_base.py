@@ -9,6 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
+from threadpoolctl import ThreadpoolController
 
 # Shapes are clipped into [1, 1e12] so that products of three of them (FLOPs) stay finite;
 # no operator of a real model comes near either bound.
@@ -18,6 +19,17 @@ _MAX_SIZE: Final = 1e12
 _MIN_LATENCY_S: Final = 1e-12
 # The fixed per-call cost is estimated as this quantile of the training latencies.
 _OVERHEAD_QUANTILE: Final = 0.01
+# Fits run on one OpenMP thread: a light sample (a few thousand rows) gains little from more,
+# and on a shared, busy machine OpenMP's spinning threads made a 0.45 s histogram-boosting fit
+# take 4-15 s (2 cores, load 5-8). The controller is created on first use (it scans the
+# loaded libraries once, ~10 ms; each limit then costs ~25 us).
+_THREADS: list[ThreadpoolController] = []
+
+
+def _one_thread() -> Any:
+    if not _THREADS:
+        _THREADS.append(ThreadpoolController())
+    return _THREADS[0].limit(limits=1, user_api="openmp")
 
 
 class OperatorPredictor(RegressorMixin, BaseEstimator, ABC):
@@ -91,7 +103,8 @@ class OperatorPredictor(RegressorMixin, BaseEstimator, ABC):
         latency = np.maximum(np.abs(y), _MIN_LATENCY_S)
         self.overhead_s_ = float(np.quantile(latency, _OVERHEAD_QUANTILE))
         features, log_base = self._design(X)
-        self.regressor_ = self._make_regressor().fit(features, log_base - np.log(latency))
+        with _one_thread():
+            self.regressor_ = self._make_regressor().fit(features, log_base - np.log(latency))
         if hasattr(self.regressor_, "n_iter_"):
             self.n_iter_ = int(self.regressor_.n_iter_)  # estimators with max_iter report n_iter_
         return self

@@ -52,7 +52,7 @@ class _Family:
 
     table: str
     columns: tuple[str, ...]
-    where: tuple[tuple[str, Any], ...]  # (column, value) pairs selecting the family's rows, e.g. (("op", "all_reduce"),)
+    where: tuple[tuple[str, Any], ...]  # (column, value) pairs selecting its rows, e.g. (("op", "all_reduce"),)
     predictor: OperatorPredictor
 
     def rows(self, profile: Profile) -> np.ndarray:

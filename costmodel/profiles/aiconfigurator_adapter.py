@@ -41,6 +41,7 @@ __all__ = [
     "PACKAGE_VERSION",
     "ProfileDataError",
     "available_devices",
+    "backend_gemm_tables",
     "load_tables",
     "system_for",
 ]
@@ -82,6 +83,9 @@ class _SystemPlan:
 
     ``backend`` supplies bf16 GEMM and attention; ``fp8_backend`` supplies fp8
     GEMM (None where there is none, with ``fp8_absent`` saying why).
+    ``bf16_merge`` names the other backends' bf16 GEMM tables of the same
+    system that time the same cuBLAS call (``torch.nn.functional.linear``);
+    they are merged into the ``backend``'s table (see ``_merge_gemm``).
     ``comm_version`` mirrors ``misc.nccl_version`` (``oneccl_version`` for
     Intel) in ``systems/<system>.yaml``: the collective table aiconfigurator
     itself loads for that system.
@@ -91,6 +95,7 @@ class _SystemPlan:
     gpu_label: str
     backend: str = "vllm"
     backend_version: str = "0.24.0"
+    bf16_merge: tuple[tuple[str, str], ...] = (("sglang", "0.5.14"), ("trtllm", "1.3.0rc20"))
     fp8_backend: str | None = "trtllm"
     fp8_backend_version: str | None = "1.3.0rc20"
     fp8_absent: str = ""
@@ -106,9 +111,25 @@ class _SystemPlan:
 # CUTLASS fp8 is slower than its own bf16 on 20% of H100 shapes above 1 TFLOP,
 # TensorRT-LLM's on 2%. A100 reads SGLang 0.5.10, whose table
 # reaches m=32768 (35742 shapes) where vLLM 0.14.0 stops at m=8192 (9240).
+#
+# bf16 GEMM merge. Each shipped backend times the same kernel, F.linear -> cuBLAS: vLLM's
+# UnquantizedLinearMethod (kernel_source "torch.nn.functional.linear"; "vllm_default" in the
+# legacy A100 table), SGLang's collector F.linear ("sglang_torch_linear"; legacy "sglang"),
+# TensorRT-LLM's unquantised tensorrt_llm._torch Linear, which calls F.linear unless
+# use_custom_cublas_mm is set, and the collector leaves it unset ("torch_flow") -- collector
+# sources ai-dynamo/aiconfigurator collector/{vllm,sglang,trtllm}/collect_gemm.py. One
+# measurement per shape and backend is noisy: on the H100 tables the three backends differ
+# from their per-shape median by 3.6 / 4.1 / 1.6% on average (shapes >= 1 GFLOP), and
+# cuBLAS-version differences add systematic offsets (SGLang +4.3%, TRT-LLM +2.2% over vLLM,
+# median over 35700 shapes; on A100 vLLM and TRT-LLM run 3.5% / 4.6% under SGLang). The merge
+# keeps the primary backend's shapes and level and takes the per-shape median of the backends
+# that measured the shape, each first scaled by its median ratio to the primary on shared
+# shapes. Rows of other kernels (fp8, CuTe-DSL bf16 paths) never enter: only rows whose
+# kernel_source is in _TORCH_LINEAR_SOURCES are merged.
 _PLANS: Final[dict[str, _SystemPlan]] = {
     "a100-sxm4-80gb": _SystemPlan(
         system="a100_sxm", gpu_label="NVIDIA A100-SXM4-80GB", backend="sglang", backend_version="0.5.10",
+        bf16_merge=(("vllm", "0.14.0"), ("trtllm", "1.0.0")),
         fp8_backend=None, fp8_backend_version=None, comm_version="2.27.3",
         fp8_absent="A100 has no FP8 tensor cores; the package ships no fp8 GEMM rows for it"),
     "h100-sxm5-80gb": _SystemPlan(system="h100_sxm", gpu_label="NVIDIA H100 80GB HBM3", comm_version="2.27.3"),
@@ -122,7 +143,7 @@ _PLANS: Final[dict[str, _SystemPlan]] = {
         system="rtx_pro_6000_server", gpu_label="NVIDIA RTX PRO 6000 Blackwell Server Edition",
         comm_version="2.29.2"),
     "arc-pro-b60": _SystemPlan(
-        system="b60", gpu_label="Intel(R) Arc(TM) Pro B60 Graphics", backend_version="0.26.0",
+        system="b60", gpu_label="Intel(R) Arc(TM) Pro B60 Graphics", backend_version="0.26.0", bf16_merge=(),
         fp8_backend=None, fp8_backend_version=None, comm_library="oneccl", comm_version="2021.15.9",
         fp8_absent="B60 has no native FP8 matrix engine (systems/b60.yaml); its fp8 rows are a bf16 fallback"),
 }
@@ -140,6 +161,12 @@ _WITHOUT_DATA: Final[dict[str, str]] = {
 }
 
 _GEMM_COLUMNS: Final = ["device", "kernel_source", "gemm_dtype", "m", "n", "k", "latency"]
+# kernel_source labels of bf16 rows that time F.linear (cuBLAS); see the bf16 merge note above.
+_TORCH_LINEAR_SOURCES: Final = frozenset({"torch.nn.functional.linear", "vllm_default", "sglang_torch_linear",
+                                          "sglang", "torch_flow"})
+# A backend is merged only when it shares at least this many shapes with the primary table
+# (enough to estimate its level offset).
+_MERGE_MIN_SHARED: Final = 100
 _ATTENTION_COLUMNS: Final = ["kernel_source", "attn_dtype", "kv_cache_dtype", "batch_size", "isl",
                              "num_heads", "num_key_value_heads", "head_dim", "latency"]
 _COMM_COLUMNS: Final = ["op_name", "nccl_dtype", "num_gpus", "message_size", "latency"]
@@ -205,7 +232,10 @@ def load_tables(device: str) -> dict[str, Any]:
         - ``gemm_bf16`` / ``gemm_fp8``: ``m``, ``n``, ``k`` (int64) and
           ``latency_s`` for ``Y[m, n] = X[m, k] @ W[n, k]^T`` (a Linear layer
           forward, m = tokens). bf16 in and out; fp8 is e4m3 with per-tensor
-          scales, bf16 output, the activation quantise kernel included.
+          scales, bf16 output, the activation quantise kernel included. The
+          bf16 latency is the merge of the backends timing F.linear (see
+          ``_merge_gemm``; ``metadata["gemm_bf16_merge"]`` records it); fp8
+          tables are one backend's (their kernels differ between backends).
         - ``attention_fwd``: ``batch``, ``seq_len``, ``num_heads``,
           ``num_kv_heads``, ``head_dim`` (int64), ``causal`` (bool, all True)
           and ``latency_s``: causal prefill attention over the whole sequence
@@ -232,6 +262,15 @@ def load_tables(device: str) -> dict[str, Any]:
     gemm = _read_columns(parquet, root, gemm_path, _GEMM_COLUMNS)
     _check_gpu(plan, gemm, gemm_path)
     _add_family(tables, files, kernels, "gemm_bf16", gemm_path, gemm, _gemm_rows(gemm, "bfloat16"))
+    merge_note = None
+    if plan.bf16_merge and "gemm_bf16" in tables:
+        others = _backend_gemms(parquet, root, plan, plan.bf16_merge)
+        tables["gemm_bf16"], merge_note = _merge_gemm(tables["gemm_bf16"], others)
+        for name, (relative, columns, rows) in others.items():
+            if name in merge_note["offsets"]:
+                files[f"gemm_bf16+{name}"] = f"{_MODULE_NAME}/{relative}"
+                kernels["gemm_bf16"] = sorted({*kernels.get("gemm_bf16", []),
+                                               *columns["kernel_source"][rows].tolist()})
     if plan.fp8_backend is not None and plan.fp8_backend_version is not None:
         fp8_path = _gemm_path(plan.system, plan.fp8_backend, plan.fp8_backend_version)
         fp8 = _read_columns(parquet, root, fp8_path, _GEMM_COLUMNS)
@@ -250,7 +289,100 @@ def load_tables(device: str) -> dict[str, Any]:
     omitted["nccl:send_recv"] = "aiconfigurator has no point-to-point table (it models P2P analytically)"
 
     tables["metadata"] = _metadata(device, plan, files, kernels, omitted, tables)
+    if merge_note is not None:
+        tables["metadata"]["gemm_bf16_merge"] = merge_note
     return tables
+
+
+def backend_gemm_tables(device: str) -> dict[str, dict[str, np.ndarray]]:
+    """Every backend's own bf16 GEMM table of ``device``, unmerged (for benchmarks and audits).
+
+    Returns
+    -------
+    dict
+        ``"<backend> <version>"`` -> ``m``, ``n``, ``k`` (int64) and ``latency_s``,
+        the primary backend first; only rows timing F.linear (cuBLAS).
+
+    Raises
+    ------
+    ProfileDataError
+        As :func:`load_tables`.
+    """
+    plan = _plan_for(device)
+    root = _package_root()
+    parquet = _import_parquet()
+    chosen = ((plan.backend, plan.backend_version), *plan.bf16_merge)
+    out = {}
+    for name, (_, columns, rows) in _backend_gemms(parquet, root, plan, chosen).items():
+        out[name] = _family_arrays("gemm_bf16", columns, rows)
+    return out
+
+
+def _backend_gemms(parquet: ModuleType, root: Path, plan: _SystemPlan,
+                   backends: tuple[tuple[str, str], ...]) -> dict[str, tuple[PurePosixPath, Columns, np.ndarray]]:
+    """The bf16 F.linear rows of each named backend's GEMM table (absent files are skipped)."""
+    out = {}
+    for backend, version in backends:
+        relative = _gemm_path(plan.system, backend, version)
+        if not root.joinpath(*relative.parts).is_file():
+            continue
+        columns = _read_columns(parquet, root, relative, _GEMM_COLUMNS)
+        _check_gpu(plan, columns, relative)
+        linear = np.isin(columns["kernel_source"], list(_TORCH_LINEAR_SOURCES))
+        rows = _first_rows((columns["gemm_dtype"] == "bfloat16") & linear,
+                           [columns["m"], columns["n"], columns["k"]])
+        if rows.size:
+            out[f"{backend} {version}"] = (relative, columns, rows)
+    return out
+
+
+def _shape_keys(m: np.ndarray, n: np.ndarray, k: np.ndarray) -> np.ndarray:
+    # m < 2**23 and n, k < 2**20 in every shipped table (m <= 32768, n, k <= 65536).
+    return (np.asarray(m, np.int64) << 40) | (np.asarray(n, np.int64) << 20) | np.asarray(k, np.int64)
+
+
+def _merge_gemm(primary: dict[str, np.ndarray], others: dict[str, tuple[PurePosixPath, Columns, np.ndarray]]
+                ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The primary bf16 table with each latency replaced by the backends' per-shape median.
+
+    Each other backend's log latencies are shifted by their median difference to
+    the primary on shared shapes (its level offset), so that the merge keeps the
+    primary's level and only averages out per-shape noise. A shape measured by
+    the primary alone keeps its value.
+    """
+    keys = _shape_keys(primary["m"], primary["n"], primary["k"])
+    order = np.argsort(keys)
+    logs = [np.log(primary["latency_s"])]
+    offsets: dict[str, float] = {}
+    shared: dict[str, int] = {}
+    for name, (_, columns, rows) in others.items():
+        other_keys = _shape_keys(columns["m"][rows], columns["n"][rows], columns["k"][rows])
+        position = np.clip(np.searchsorted(keys, other_keys, sorter=order), 0, keys.size - 1)
+        index = order[position]
+        hit = keys[index] == other_keys
+        if hit.sum() < _MERGE_MIN_SHARED:
+            continue
+        values = np.full(keys.size, np.nan)
+        values[index[hit]] = np.log(columns["latency"][rows][hit].astype(np.float64) * _SECONDS_PER_MS)
+        offset = float(np.nanmedian(values - logs[0]))
+        logs.append(values - offset)
+        offsets[name] = round(float(np.exp(offset)), 4)
+        shared[name] = int(hit.sum())
+    stacked = np.column_stack(logs)
+    merged = dict(primary)
+    latency = np.exp(np.nanmedian(stacked, axis=1))
+    latency.setflags(write=False)
+    merged["latency_s"] = latency
+    count = np.isfinite(stacked).sum(axis=1)
+    note = {
+        "design": ("per-shape median over the backends that timed the shape (F.linear rows only), each "
+                   "other backend first divided by its median latency ratio to the primary on shared shapes; "
+                   "shapes and level of the primary table"),
+        "offsets": offsets,
+        "shared_shapes": shared,
+        "shapes_by_measurements": {int(c): int((count == c).sum()) for c in np.unique(count)},
+    }
+    return merged, note
 
 
 def _plan_for(device: str) -> _SystemPlan:
@@ -406,7 +538,9 @@ def _sampling(tables: dict[str, Any]) -> str:
     axes = {"gemm_bf16": ("m", "n", "k"), "gemm_fp8": ("m", "n", "k"),
             "attention_fwd": ("batch", "seq_len", "num_heads", "num_kv_heads", "head_dim"),
             "nccl": ("num_gpus", "message_bytes")}
-    parts = [_COLLECTION_NOTE]
+    parts = [_COLLECTION_NOTE,
+             "gemm_bf16 latency: per-shape median over the backends timing F.linear, each scaled to the "
+             "primary backend's level (metadata gemm_bf16_merge)"]
     for name, names in axes.items():
         if name in tables:
             family = tables[name]

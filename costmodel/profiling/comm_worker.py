@@ -35,25 +35,19 @@ _GO, _SKIP, _STOP = 1, 2, 0
 
 
 def message_sizes(low: int, high: int) -> list[int]:
-    """Powers of two in ``[low, high]``, coarse to fine: both ends, then ever finer fill-ins.
+    """Powers of two in ``[low, high]``, coarse to fine: both ends, the middle, the quarters, ...
 
-    A budget that stops the sweep early still leaves each curve spanning the range.
+    Each next size is the one farthest (in log size) from those before it, so that
+    a budget that stops the sweep early still leaves each curve spanning the range.
     """
     sizes = [2**e for e in range(math.ceil(math.log2(low)), math.floor(math.log2(high)) + 1)]
-    if len(sizes) <= 2:
-        return sizes
-    inner = list(range(1, len(sizes) - 1))
-    inner.sort(key=lambda i: (_radical_inverse(i), i))
-    return [sizes[0], sizes[-1]] + [sizes[i] for i in inner]
-
-
-def _radical_inverse(index: int) -> float:
-    out, scale = 0.0, 0.5
-    while index:
-        out += scale * (index & 1)
-        index >>= 1
-        scale /= 2
-    return out
+    order = [0, len(sizes) - 1] if len(sizes) > 1 else list(range(len(sizes)))
+    left = [i for i in range(len(sizes)) if i not in order]
+    while left:
+        best = max(left, key=lambda i: (min(abs(i - j) for j in order), -i))
+        order.append(best)
+        left.remove(best)
+    return [sizes[i] for i in order]
 
 
 def group_sizes(world: int) -> list[int]:
@@ -135,8 +129,8 @@ def _time_collective(torch: Any, dist: Any, op: str, group: Any, size_ranks: int
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
     warm = float(slowest[0])
     # Derived from the agreed warm-up time, so that every member runs the same number of calls.
-    inner = max(1, min(50, math.ceil(1e-3 / max(warm, 1e-9))))
-    repeats = max(5, min(20, math.ceil(0.05 / max(warm * inner, 1e-9))))
+    inner = max(1, min(20, math.ceil(5e-4 / max(warm, 1e-9))))
+    repeats = max(5, min(10, math.ceil(0.02 / max(warm * inner, 1e-9))))
     times = torch.zeros(repeats, dtype=torch.float64, device=device)
     for index in range(repeats):
         dist.barrier(group=group)

@@ -5,7 +5,7 @@ flushed and fsync'ed before the next one starts: a run that is interrupted
 (Ctrl-C, a killed job, a lost node) loses at most the line being written, and
 a torn last line is skipped on reading. The profile's tables
 (``<family>.csv``) and ``metadata.yaml`` are rebuilt from the journal every
-few seconds and at the end, each file written atomically, so that the
+second and at the end, each file written atomically, so that the
 directory is a loadable profile at any moment. A later run into the same
 directory reads the journal and measures only the points it lacks.
 

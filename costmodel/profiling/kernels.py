@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, Final
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final
 
-from costmodel.profiling.design import SamplePoint
 from costmodel.profiling.measure import TimingPolicy, measure
 from costmodel.specs.errors import SpecError
+
+if TYPE_CHECKING:  # the collective ranks import this module for import_torch alone: keep it light
+    from costmodel.profiling.design import SamplePoint
 
 __all__ = ["device_description", "import_torch", "make_kernel", "measure_physics", "memory_limit_bytes"]
 
 _TORCH_DTYPES: Final = {"bf16": "bfloat16", "fp16": "float16"}
 # Peak probes: a square GEMM and a copy large enough to leave caches and launch costs far behind.
-_PEAK_GEMM: Final = {"cpu": 2048, "cuda": 8192}
-_COPY_ELEMENTS: Final = {"cpu": 2**25, "cuda": 2**28}  # fp32: 128 MiB and 1 GiB each way
+_PEAK_GEMM: Final = {"cpu": 1536, "cuda": 8192}
+_COPY_ELEMENTS: Final = {"cpu": 2**24, "cuda": 2**28}  # fp32: 64 MiB and 1 GiB each way
 
 
 def import_torch() -> Any:
@@ -86,13 +89,14 @@ def measure_physics(device: str, dtype: str, deadline: float) -> dict[str, Any]:
     torch = import_torch()
     policy = TimingPolicy(warmup=1, min_repeats=3, max_repeats=10, target_s=0.2)
     size = _PEAK_GEMM[device]
-    x = torch.randn(size, size, dtype=getattr(torch, _TORCH_DTYPES[dtype]), device=device)
-    gemm = measure(lambda: torch.nn.functional.linear(x, x), device=device, deadline=deadline, policy=policy)
-    del x
-    src = torch.empty(_COPY_ELEMENTS[device], dtype=torch.float32, device=device).fill_(1.0)
-    dst = torch.empty_like(src)
-    copy = measure(lambda: dst.copy_(src), device=device, deadline=deadline, policy=policy)
-    del src, dst
+    square = torch.randn(size, size, dtype=getattr(torch, _TORCH_DTYPES[dtype]), device=device)
+    # partial objects hold the tensors only while measured, so the GEMM's are freed before the copy's exist
+    gemm = measure(partial(torch.nn.functional.linear, square, square), device=device, deadline=deadline,
+                   policy=policy)
+    del square
+    source = torch.empty(_COPY_ELEMENTS[device], dtype=torch.float32, device=device).fill_(1.0)
+    copy = measure(partial(torch.empty_like(source).copy_, source), device=device, deadline=deadline, policy=policy)
+    del source
     if gemm is None or copy is None:
         raise SpecError("budget-seconds", "too small", "long enough to measure the device's peak figures first")
     units = device_description(device)["compute_units"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 from costmodel.specs.strategy import Strategy
@@ -37,7 +39,7 @@ class NeMoExporter(Exporter):
         }
         if s.recompute == "full":
             model.update({"recompute_method": "uniform", "recompute_num_layers": 1})
-        ddp = {
+        ddp: dict[str, Any] = {
             "use_distributed_optimizer": s.zero_stage >= 1,
             "overlap_grad_reduce": s.overlap_grad_reduce,
             "overlap_param_gather": s.overlap_param_gather,

@@ -36,22 +36,25 @@ class ExhaustiveSearcher(BaseSearcher):
     ----------
     n_jobs : int
         Worker processes; ``-1`` uses every CPU this process may run on.
+    min_parallel : int
+        Smaller spaces run in this process: forking costs more than it saves.
     objective : str
         ``"time"`` or ``"pareto"``: what the stored trials' values are.
     """
 
     name = "exhaustive"
 
-    def __init__(self, n_jobs: int = 1, objective: str = "time") -> None:
+    def __init__(self, n_jobs: int = 1, objective: str = "time", min_parallel: int = 2000) -> None:
         self.n_jobs = n_jobs
+        self.min_parallel = min_parallel
         self.objective = objective
         self.directions = ("minimize", "minimize") if objective == "pareto" else ("minimize",)
 
     def _workers(self, size: int) -> int:
         jobs = len(os.sched_getaffinity(0)) if self.n_jobs == -1 and hasattr(os, "sched_getaffinity") \
             else (os.cpu_count() or 1) if self.n_jobs == -1 else self.n_jobs
-        if "fork" not in multiprocessing.get_all_start_methods() or size < 2000:
-            return 1  # small spaces: forking costs more than it saves
+        if "fork" not in multiprocessing.get_all_start_methods() or size < self.min_parallel:
+            return 1
         return max(1, jobs)
 
     def search(self, space: StrategySpace, evaluator: Evaluator, *, n_trials: int | None = None,

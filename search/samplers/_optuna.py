@@ -9,6 +9,7 @@ import optuna
 from search.objective import Evaluation, Evaluator, optuna_objective, strategy_from_attrs
 from search.samplers._base import BaseSearcher
 from search.space import StrategySpace
+from search.storage import study_directions
 
 
 class OptunaSearcher(BaseSearcher):
@@ -34,7 +35,7 @@ class OptunaSearcher(BaseSearcher):
 
     def _search(self, space: StrategySpace, evaluator: Evaluator, total: int, study: Any) -> list[Evaluation]:
         if study is None:
-            study = optuna.create_study(directions=list(self.directions), sampler=self.make_sampler())
+            study = optuna.create_study(directions=study_directions(self.directions), sampler=self.make_sampler())
         stored = [t for t in study.get_trials(deepcopy=False)
                   if t.state == optuna.trial.TrialState.COMPLETE and "strategy" in t.user_attrs]
         # Resuming: re-evaluate the stored strategies (memoised) instead of re-running their trials.

@@ -8,21 +8,18 @@ from typing import Any
 
 import optuna
 
-from search.objective import Evaluation, Evaluator, optuna_objective, strategy_from_attrs
+from search.objective import Evaluator, optuna_objective
 from search.samplers._optuna import OptunaSearcher
+from search.samplers._polish import polish
 from search.space import StrategySpace
 
 
 class TPESearcher(OptunaSearcher):
     """Seeded multivariate TPE minimising step time, then a hill-climb from its best.
 
-    TPE runs ``1 - polish_fraction`` of the trials. The rest go to a hill-climb:
-    every unevaluated neighbour of the best strategy so far
-    (``StrategySpace.neighbours``: one knob changed, or two degrees traded) is
-    enqueued as a trial of the same study, and the climb moves to the best
-    neighbour until none improves; trials left over go back to TPE. TPE models
-    each knob well but rarely lands on the exact optimum of a coupled layout;
-    the climb closes that last gap for a few dozen trials.
+    TPE runs ``1 - polish_fraction`` of the trials. The rest go to a hill-climb
+    from its best (``search.samplers._polish``), each neighbour an enqueued trial
+    of the same study; trials left over go back to TPE.
 
     Parameters
     ----------
@@ -49,43 +46,11 @@ class TPESearcher(OptunaSearcher):
 
     def _run(self, study: Any, space: StrategySpace, evaluator: Evaluator, total: int) -> None:
         objective = optuna_objective(evaluator, space, self.objective)
-        tpe_trials = total - math.floor(total * self.polish_fraction)
-        _optimize(study, objective, tpe_trials - len(study.trials))
-        _polish(study, objective, space, evaluator, total)
-        _optimize(study, objective, total - len(study.trials))
 
+        def optimize(n_trials: int) -> None:
+            if n_trials > 0:
+                study.optimize(objective, n_trials=n_trials, gc_after_trial=False)
 
-def _optimize(study: Any, objective: Any, n_trials: int) -> None:
-    if n_trials > 0:
-        study.optimize(objective, n_trials=n_trials, gc_after_trial=False)
-
-
-def _best(evaluations: list[Evaluation]) -> Evaluation | None:
-    feasible = [e for e in evaluations if e.feasible and e.step_time_s is not None]
-    return min(feasible, key=lambda e: e.step_time_s, default=None)  # type: ignore[arg-type, return-value]
-
-
-def _polish(study: Any, objective: Any, space: StrategySpace, evaluator: Evaluator, total: int) -> None:
-    """Best-improvement hill-climb over neighbours, each new neighbour one enqueued trial.
-
-    Only this study's trials count as evaluated (the evaluator's memo may hold
-    strategies other searches found).
-    """
-    def tried() -> dict[Any, Evaluation]:
-        return {e.strategy: e for e in (evaluator.evaluate(strategy_from_attrs(t.user_attrs, space))
-                                        for t in study.get_trials(deepcopy=False) if "strategy" in t.user_attrs)}
-
-    seen = tried()
-    current = _best(list(seen.values()))
-    while current is not None and len(study.trials) < total:
-        fresh = [s for s in space.neighbours(current.strategy) if s not in seen][:total - len(study.trials)]
-        if not fresh:
-            return
-        for strategy in fresh:
-            study.enqueue_trial(space.knobs_of(strategy), skip_if_exists=False)
-        _optimize(study, objective, len(fresh))
-        seen = tried()
-        better = _best([seen[s] for s in fresh if s in seen])
-        if better is None or better.step_time_s >= current.step_time_s:  # type: ignore[operator]
-            return
-        current = better
+        optimize(total - math.floor(total * self.polish_fraction) - len(study.trials))
+        polish(study, optimize, space, evaluator, total)
+        optimize(total - len(study.trials))

@@ -13,7 +13,8 @@ import yaml
 
 from parplan.cli import main
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "studies" / "examples").glob("*.yaml"))
+EXAMPLES = sorted(p for p in (Path(__file__).resolve().parents[2] / "studies" / "examples").glob("*.yaml")
+                  if not p.name.startswith("study-"))
 CONTRACT_MEMORY_KEYS = {"weights_gib", "grads_gib", "optimizer_gib", "activations_gib", "other_gib"}
 
 

@@ -15,7 +15,8 @@ def test_top_is_ranked_and_feasible(problem) -> None:  # type: ignore[no-untyped
     assert result.best == top[0]
 
 
-def test_pareto_front_is_non_dominated(problem) -> None:  # type: ignore[no-untyped-def]
+def test_pareto_front_is_non_dominated() -> None:
+    problem = small_problem(16, fixed={"precision": "bf16", "zero_stage": 1})
     result = run_search(problem, sampler="exhaustive", objective="pareto", evaluator=analytic_evaluator(problem))
     front = result.pareto_front()
     assert len(front) >= 2

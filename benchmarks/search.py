@@ -1,0 +1,133 @@
+"""Search-quality benchmark: TPE against the exhaustive optimum on 13 problems.
+
+For each problem (8B to 405B, dense and MoE, 8 to 4096 A100 / H100 / H200 GPUs)
+the exhaustive sweep gives the true optimum of the cost model over the legal
+space; TPE (seed 0) then runs 50, 100 and 200 trials from scratch, and the gap is
+``best_tpe / optimum - 1``. Target: gap <= 2% after 200 trials on >= 90% of the
+problems. Every search shares one memoised evaluator per problem, so the TPE
+wall times exclude cost-model evaluations the sweep already made; the sweep time
+and the cold TPE time of one problem are reported separately.
+
+Usage: ``python benchmarks/search.py [--json] [--jobs N] [--only NAME ...]``
+(not run in CI: the sweeps take minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from costmodel.specs import get_gpu, get_model  # noqa: E402
+from search import Evaluator, SearchProblem, build_space, run_search  # noqa: E402
+from search.objective import search_timer  # noqa: E402
+from search.result import strategy_label  # noqa: E402
+
+TRIALS = (50, 100, 200)
+TARGET_GAP = 0.02
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    model: str
+    gpu: str
+    num_gpus: int
+    global_batch_size: int
+    seq_length: int
+    bounds: tuple[tuple[str, int], ...] = ()
+
+    def problem(self) -> SearchProblem:
+        return SearchProblem(model=get_model(self.model), gpu=get_gpu(self.gpu), num_gpus=self.num_gpus,
+                             global_batch_size=self.global_batch_size, seq_length=self.seq_length,
+                             **dict(self.bounds))
+
+
+# MoE spaces multiply every layout by the expert degrees; tighter cp / micro-batch bounds keep
+# their sweeps about as large as the dense 70B ones (~40k strategies).
+MOE_BOUNDS = (("max_cp", 4), ("max_micro_batch_size", 2))
+
+
+CASES = (
+    Case("8b-h100-8", "llama3.1-8b", "h100-sxm5-80gb", 8, 64, 8192),
+    Case("8b-a100-64", "llama3.1-8b", "a100-sxm4-80gb", 64, 256, 8192),
+    Case("mistral7b-h200-32", "mistral-7b", "h200-sxm-141gb", 32, 512, 4096),
+    Case("13b-a100-128", "llama2-13b", "a100-sxm4-80gb", 128, 1024, 4096),
+    Case("mixtral8x7b-h100-64", "mixtral-8x7b", "h100-sxm5-80gb", 64, 256, 4096, MOE_BOUNDS),
+    Case("neox20b-a100-128", "gpt-neox-20b", "a100-sxm4-80gb", 128, 1024, 2048),
+    Case("70b-h100-256", "llama3.1-70b", "h100-sxm5-80gb", 256, 512, 8192),
+    Case("70b-h100-1024", "llama3.1-70b", "h100-sxm5-80gb", 1024, 1024, 8192),
+    Case("qwen72b-h200-512", "qwen2.5-72b", "h200-sxm-141gb", 512, 1024, 4096),
+    Case("mixtral8x22b-h100-256", "mixtral-8x22b", "h100-sxm5-80gb", 256, 512, 4096, MOE_BOUNDS),
+    Case("gpt3-175b-a100-1024", "gpt3-175b", "a100-sxm4-80gb", 1024, 1536, 2048),
+    Case("405b-h100-2048", "llama3.1-405b", "h100-sxm5-80gb", 2048, 1024, 8192),
+    Case("405b-h200-4096", "llama3.1-405b", "h200-sxm-141gb", 4096, 2048, 8192),
+)
+
+
+def run_case(case: Case, jobs: int) -> dict[str, Any]:
+    problem = case.problem()
+    space = build_space(problem)
+    cold = run_search(problem, n_trials=200, seed=0)  # fresh evaluator: what a user waits for
+    evaluator = Evaluator(problem)
+    truth = run_search(problem, sampler="exhaustive", n_jobs=jobs, evaluator=evaluator)
+    row: dict[str, Any] = {"case": case.name, "space": space.size, "feasible": len(truth.feasible),
+                           "exhaustive_s": truth.elapsed_s, "tpe200_cold_s": cold.elapsed_s}
+    best = truth.best
+    row["optimum_s"] = None if best is None else best.step_time_s
+    row["optimum"] = None if best is None else strategy_label(best.strategy)
+    for n in TRIALS:
+        result = run_search(problem, n_trials=n, seed=0, evaluator=evaluator)
+        found = result.best
+        row[f"tpe{n}_s"] = None if found is None else found.step_time_s
+        row[f"gap{n}"] = None if found is None or best is None else found.step_time_s / best.step_time_s - 1
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print JSON only")
+    parser.add_argument("--jobs", type=int, default=-1, help="processes for the sweeps (default: all CPUs)")
+    parser.add_argument("--only", nargs="*", default=None, help="case names to run")
+    args = parser.parse_args(argv)
+    cases = [c for c in CASES if args.only is None or c.name in args.only]
+    rows = []
+    start = time.perf_counter()
+    with threadpool_limits(limits=1):
+        for case in cases:
+            search_timer(get_gpu(case.gpu))  # load the profile outside the timings
+            rows.append(run_case(case, args.jobs))
+            _print_row(rows[-1], sys.stderr if args.json else sys.stdout)
+    gaps = [r["gap200"] for r in rows if r["gap200"] is not None]
+    hit = sum(g <= TARGET_GAP for g in gaps)
+    summary = {"cases": len(rows), "within_2pct_at_200": hit, "share": hit / len(gaps) if gaps else None,
+               "target_met": bool(gaps) and hit / len(gaps) >= 0.9, "total_s": time.perf_counter() - start}
+    if args.json:
+        print(json.dumps({"rows": rows, "summary": summary}, indent=2))
+    else:
+        print(f"TPE within 2% after 200 trials: {hit}/{len(gaps)} problems "
+              f"({'target met' if summary['target_met'] else 'target missed'}); total {summary['total_s']:.0f} s")
+    return 0
+
+
+def _pct(gap: float | None) -> str:
+    return "-" if gap is None else f"{100 * gap:.1f}%"
+
+
+def _print_row(r: dict[str, Any], stream: Any) -> None:
+    opt = "-" if r["optimum_s"] is None else f"{r['optimum_s']:.3f}"
+    print(f"{r['case']:<22} space {r['space']:>6} feasible {r['feasible']:>6} optimum {opt:>7} s "
+          f"[{r['optimum']}]  gap@50 {_pct(r['gap50']):>6} @100 {_pct(r['gap100']):>6} @200 {_pct(r['gap200']):>6}  "
+          f"sweep {r['exhaustive_s']:.1f} s, TPE-200 cold {r['tpe200_cold_s']:.1f} s", file=stream, flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,136 @@
+"""``parplan study run | worker | report``: parse, call one library function, print, return an exit code.
+
+``register(subparsers)`` adds the ``study`` command to ``parplan.cli``'s parser.
+``SpecError`` (a bad study file or argument) propagates to ``parplan.cli.main``,
+which prints it on one line and exits with 2. ``python -m parplan.cli_study``
+runs the same subcommands without the rest of the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_USAGE, EXIT_UNFINISHED = 0, 2, 1
+
+
+def register(subparsers: Any) -> None:
+    """Add ``study`` with its ``run``, ``worker`` and ``report`` subcommands to ``subparsers``."""
+    study = subparsers.add_parser(
+        "study", help="batch studies over models x GPU kinds x GPU counts",
+        description="Run a study file (YAML: models, GPU kinds, GPU counts, batches, search settings) in "
+                    "parallel and resumably, share it between workers through PostgreSQL, report it.")
+    sub = study.add_subparsers(dest="study_command", required=True, parser_class=type(study))
+
+    run = sub.add_parser("run", help="search every problem of a study (resumes a killed run)",
+                         description="Expand the study into problems and search each once, in parallel. "
+                                     "Re-running the same command resumes: finished problems are skipped.")
+    run.add_argument("study_file", metavar="STUDY.yaml")
+    run.add_argument("--out", metavar="DIR", default=None,
+                     help="output folder (default: the study's outputs.dir, else ./study-NAME)")
+    run.add_argument("--storage", metavar="URL", default=None,
+                     help="database URL shared with workers, e.g. postgresql://user:pw@host/db "
+                          "(default: sqlite file DIR/study.db)")
+    run.add_argument("--n-jobs", type=int, default=1, metavar="N", help="problems searched in parallel "
+                                                                        "(-1: one per CPU; default 1)")
+    run.add_argument("--claim-ttl", type=float, default=None, metavar="S", help=argparse.SUPPRESS)
+    run.set_defaults(func=cmd_run)
+
+    worker = sub.add_parser("worker", help="claim and search problems of a study from a shared database",
+                            description="Start any number of these, on any machines, against one database: "
+                                        "each problem is searched once; a dead worker's problem is taken over "
+                                        "when its claim expires. Exits when every problem has a result.")
+    worker.add_argument("study_file", metavar="STUDY.yaml")
+    worker.add_argument("--storage", metavar="URL", required=True,
+                        help="the shared database, e.g. postgresql://user:pw@host:5432/db")
+    worker.add_argument("--out", metavar="DIR", default=None,
+                        help="also write the study's results into this folder when done")
+    worker.add_argument("--claim-ttl", type=float, default=None, metavar="S",
+                        help="seconds a claim lives without a heartbeat (default 120)")
+    worker.add_argument("--poll", type=float, default=None, metavar="S",
+                        help="seconds between looks when other workers hold every problem left (default 5)")
+    worker.add_argument("--max-problems", type=int, default=None, metavar="N",
+                        help="stop after searching N problems")
+    worker.set_defaults(func=cmd_worker)
+
+    report = sub.add_parser("report", help="tables, Markdown and plots of a study's output folder",
+                            description="Write DIR/report/: results.csv, results.json (one row per problem), "
+                                        "report.md and PNG plots.")
+    report.add_argument("out_dir", metavar="DIR")
+    report.set_defaults(func=cmd_report)
+
+
+def _out_dir(args: argparse.Namespace, spec: Any) -> Path:
+    if args.out is not None:
+        return Path(args.out)
+    if spec.out_dir is not None:
+        return Path(spec.out_dir)
+    return Path(f"study-{spec.name}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from studies.claims import DEFAULT_TTL_S
+    from studies.runner import run_study
+    from studies.spec import load_study
+
+    spec = load_study(args.study_file)
+    if args.n_jobs == 0 or args.n_jobs < -1:
+        from costmodel.specs.errors import SpecError
+
+        raise SpecError("n-jobs", args.n_jobs, "a positive integer or -1")
+    out = _out_dir(args, spec)
+    summary = run_study(spec, out, storage=args.storage, n_jobs=args.n_jobs,
+                        ttl_s=args.claim_ttl or DEFAULT_TTL_S)
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(summary.counts.items()))
+    print(f"{len(summary.results)} problems ({counts}); {summary.searched} searched in "
+          f"{summary.elapsed_s:.1f} s; results in {summary.out_dir}")
+    print(f"next: parplan study report {summary.out_dir}")
+    return EXIT_OK
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from studies.claims import DEFAULT_TTL_S
+    from studies.spec import load_study
+    from studies.work import DEFAULT_POLL_S, run_worker, store_for
+
+    spec = load_study(args.study_file)
+    searched = run_worker(spec, args.storage, out_dir=None if args.out is None else Path(args.out),
+                          ttl_s=args.claim_ttl or DEFAULT_TTL_S, poll_s=args.poll or DEFAULT_POLL_S,
+                          max_problems=args.max_problems)
+    from studies.problems import expand
+
+    keys = [p.key for p in expand(spec)]
+    left = len(keys) - len(store_for(args.storage).done_keys(keys))
+    print(f"worker searched {searched} problem(s); {left} of {len(keys)} left")
+    return EXIT_OK if left == 0 else EXIT_UNFINISHED
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from studies.report import write_report
+
+    written = write_report(Path(args.out_dir))
+    for path in written:
+        print(path)
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m parplan.cli_study run|worker|report ...`` (the same as ``parplan study ...``)."""
+    from costmodel.specs.errors import SpecError
+    from parplan.cli import _Parser
+
+    parser = _Parser(prog="parplan")
+    register(parser.add_subparsers(dest="command", required=True, parser_class=_Parser))
+    args = parser.parse_args(["study", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return int(args.func(args))
+    except SpecError as exc:
+        sys.stderr.write(f"parplan: error: {exc}\n")
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

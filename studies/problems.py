@@ -1,0 +1,107 @@
+"""A study expanded into problems: one search per model x GPU kind x GPU count x batch x sequence length.
+
+Each problem has a readable ``id`` (unique within its study) and a ``key`` that
+also fingerprints everything its result depends on (the model's architecture,
+the GPU's figures, the search settings). Results and Optuna studies are stored
+under the key, so editing a study and running it again into the same storage
+re-searches exactly the problems that changed and reuses the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from costmodel.specs.catalog import get_gpu
+from costmodel.specs.model import ModelSpec
+from search.space import SearchProblem
+from studies.spec import SearchSettings, StudySpec
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Problem:
+    """One search of a study (plain data: picklable, hashable, no catalog look-ups needed to compare).
+
+    Parameters
+    ----------
+    study : str
+        The study's name.
+    model : ModelSpec
+    gpu : str
+        Catalog GPU name.
+    num_gpus, global_batch_size, seq_length : int
+    gpus_per_node : int, optional
+        ``None``: the GPU catalog's node size.
+    search : SearchSettings
+    """
+
+    study: str
+    model: ModelSpec
+    gpu: str
+    num_gpus: int
+    global_batch_size: int
+    seq_length: int
+    gpus_per_node: int | None
+    search: SearchSettings
+
+    @property
+    def id(self) -> str:
+        """Readable and file-name safe, e.g. ``llama3.1-70b_h100-sxm5-80gb_256g_b512_s8192``."""
+        raw = f"{self.model.name}_{self.gpu}_{self.num_gpus}g_b{self.global_batch_size}_s{self.seq_length}"
+        return _UNSAFE.sub("-", raw)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Hash of every input of the search (model fields, GPU figures, settings)."""
+        payload = {
+            "model": {k: v for k, v in self.model.to_dict().items()
+                      if k not in ("source", "published_params", "published_params_source")},
+            "gpu": get_gpu(self.gpu).to_dict(),
+            "num_gpus": self.num_gpus, "gpus_per_node": self.gpus_per_node,
+            "global_batch_size": self.global_batch_size, "seq_length": self.seq_length,
+            "search": self.search.to_dict(),
+        }
+        text = json.dumps(payload, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @property
+    def key(self) -> str:
+        """Storage key and Optuna study name: ``<study>/<id>/<fingerprint>``."""
+        return f"{self.study}/{self.id}/{self.fingerprint}"
+
+    def search_problem(self) -> SearchProblem:
+        """The search package's problem (raises ``SpecError`` if, e.g., the count is not whole nodes)."""
+        s = self.search
+        return SearchProblem(model=self.model, gpu=get_gpu(self.gpu), num_gpus=self.num_gpus,
+                             global_batch_size=self.global_batch_size, seq_length=self.seq_length,
+                             gpus_per_node=self.gpus_per_node, fixed=s.fixed, allowed=s.allowed, **s.bounds)
+
+    def describe(self) -> dict[str, Any]:
+        """The identifying columns of a result row."""
+        return {"problem": self.id, "model": self.model.name, "gpu": self.gpu, "num_gpus": self.num_gpus,
+                "global_batch_size": self.global_batch_size, "seq_length": self.seq_length,
+                "tokens_per_step": self.global_batch_size * self.seq_length}
+
+
+def expand(spec: StudySpec) -> tuple[Problem, ...]:
+    """Every problem of ``spec``: models outermost, then GPU kinds, sequence lengths, batches, counts."""
+    out: list[Problem] = []
+    for model in spec.models:
+        for gpu in spec.gpus:
+            for seq in spec.seq_lengths:
+                seq_length = model.seq_length if seq is None else seq
+                for batch in spec.batches:
+                    for count in spec.gpu_counts:
+                        out.append(Problem(study=spec.name, model=model, gpu=gpu, num_gpus=count,
+                                           global_batch_size=batch.sequences(seq_length), seq_length=seq_length,
+                                           gpus_per_node=spec.gpus_per_node, search=spec.search))
+    seen: dict[str, Problem] = {}
+    for p in out:
+        seen.setdefault(p.id, p)  # e.g. two token budgets that round to the same batch: search once
+    return tuple(seen.values())

@@ -1,0 +1,99 @@
+"""Progress of a study on stderr: problems done / total, a bar, elapsed time and ETA.
+
+On a terminal the line is redrawn in place and each finished problem is
+printed above it; elsewhere (CI logs, files) every update is one plain line.
+The ETA assumes the problems left take as long on average as the ones this run
+finished (problems found already done are not counted: they took no time).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TextIO
+
+from studies.result import ProblemResult
+
+BAR_WIDTH = 24
+
+
+def clock(seconds: float | None) -> str:
+    """``1:02:03`` / ``2:03`` style durations; ``--:--`` when unknown."""
+    if seconds is None:
+        return "--:--"
+    s = int(round(seconds))
+    h, rest = divmod(s, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def summary(result: ProblemResult) -> str:
+    """One short line about a result."""
+    if result.ok:
+        return (f"{result.step_time_s:.3f} s/step, {result.tokens_per_s_per_gpu:,.0f} tok/s/GPU, "
+                f"MFU {result.mfu:.2f}, {result.strategy_label}")
+    reason = result.reason if len(result.reason) <= 100 else result.reason[:97] + "..."
+    return f"{result.status}: {reason}"
+
+
+class Progress:
+    """Counts finished problems of a study and reports on ``stream``.
+
+    Parameters
+    ----------
+    total : int
+        Problems in the study.
+    done : int
+        Problems that already had a result when the run started.
+    stream : text stream
+        Usually ``sys.stderr``.
+    now : callable
+        Monotonic clock (tests pass a fake one).
+    """
+
+    def __init__(self, total: int, done: int, stream: TextIO, now: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.done, self.stream, self._now = total, done, stream, now
+        self.solved = 0
+        self.start = now()
+        self.live = bool(getattr(stream, "isatty", lambda: False)())
+
+    @property
+    def elapsed_s(self) -> float:
+        return self._now() - self.start
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.solved == 0:
+            return None
+        return self.elapsed_s / self.solved * (self.total - self.done)
+
+    def status_line(self) -> str:
+        frac = self.done / self.total if self.total else 1.0
+        filled = int(round(frac * BAR_WIDTH))
+        return (f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {self.done}/{self.total} problems "
+                f"({100 * frac:.0f}%)  elapsed {clock(self.elapsed_s)}  ETA {clock(self.eta_s)}")
+
+    def start_line(self) -> None:
+        left = self.total - self.done
+        self._emit(f"study: {self.total} problems, {self.done} already done, {left} to search")
+
+    def finished(self, result: ProblemResult, searched_here: bool = True) -> None:
+        """Count one more finished problem (``searched_here``: by this run, so it counts for the ETA)."""
+        self.done += 1
+        self.solved += int(searched_here)
+        self._emit(f"{result.problem}: {summary(result)}", with_status=True)
+
+    def note(self, text: str) -> None:
+        self._emit(text, with_status=True)
+
+    def close(self) -> None:
+        if self.live:
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def _emit(self, text: str, with_status: bool = False) -> None:
+        if self.live:
+            self.stream.write("\r\033[K" + text + "\n" + (self.status_line() if with_status else ""))
+        else:
+            self.stream.write((self.status_line() + "  " if with_status else "") + text + "\n")
+        self.stream.flush()

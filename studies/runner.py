@@ -1,0 +1,115 @@
+"""``parplan study run``: expand a study, search its problems in parallel, write the output folder.
+
+Problems are joblib tasks (loky processes; ``n_jobs=1`` runs them in this
+process). Each task claims its problem in the study's storage before it
+searches, so a run can share a PostgreSQL database with ``parplan study
+worker`` processes on other machines, and a run that was killed resumes where
+it stopped: problems with a stored result are skipped, a problem interrupted
+mid-search is searched again from its first trial. (A seeded TPE search cannot
+be continued half-way and give the trials an uninterrupted one gives, so
+restarting the problem is what makes a resumed study equal an uninterrupted
+one; at most ``n_jobs`` problems' work is lost.)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from joblib import Parallel, delayed
+
+from studies.claims import DEFAULT_TTL_S, holders
+from studies.outputs import export_results, write_run, write_study
+from studies.problems import Problem, expand
+from studies.progress import Progress, clock
+from studies.result import ProblemResult
+from studies.spec import StudySpec
+from studies.store import default_url, redact
+from studies.work import DEFAULT_POLL_S, attempt, store_for
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a run leaves: every problem's result (in study order) and where things are."""
+
+    out_dir: Path
+    storage: str
+    results: tuple[ProblemResult, ...]
+    searched: int
+    elapsed_s: float
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(r.status for r in self.results))
+
+
+def _largest_first(problem: Problem) -> tuple[int, int, str]:
+    # Longest jobs first (more GPUs: larger spaces; larger models: longer steps) shortens the tail of a pool.
+    return (-problem.num_gpus, -problem.model.num_params, problem.id)
+
+
+def run_study(spec: StudySpec, out_dir: str | Path, *, storage: str | None = None, n_jobs: int = 1,
+              ttl_s: float = DEFAULT_TTL_S, poll_s: float = DEFAULT_POLL_S,
+              stream: TextIO | None = None) -> RunSummary:
+    """Search every problem of ``spec`` that has no result yet and write the output folder.
+
+    Parameters
+    ----------
+    spec : StudySpec
+    out_dir : path
+        Output folder (created); holds ``study.db`` unless ``storage`` is given.
+    storage : str, optional
+        Database URL shared with other workers (``postgresql://...``).
+    n_jobs : int
+        Parallel problems (joblib; ``-1``: one per CPU).
+    ttl_s, poll_s : float
+        Claim lifetime without heartbeat; wait between polls for problems other workers hold.
+    stream : text stream
+        Where progress goes.
+    """
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    url = storage or default_url(out)
+    started = datetime.now(UTC)
+    store = store_for(url)
+    write_study(out, spec)
+    problems = expand(spec)
+    keys = [p.key for p in problems]
+    progress = Progress(len(problems), len(store.done_keys(keys)), stream or sys.stderr)
+    progress.start_line()
+    searched = 0
+    pending = sorted((p for p in problems if p.key not in store.done_keys(keys)), key=_largest_first)
+    while pending:
+        tasks = (delayed(attempt)(p, url, spec.top_k, ttl_s, str(out)) for p in pending)
+        busy = []
+        for a in Parallel(n_jobs=n_jobs, return_as="generator_unordered", batch_size=1)(tasks):
+            if a.outcome == "busy" or a.result is None:
+                busy.append(a.key)
+                continue
+            searched += int(a.outcome == "searched")
+            progress.finished(a.result, searched_here=a.outcome == "searched")
+        pending = [p for p in pending if p.key in busy and p.key not in store.done_keys([p.key])]
+        if pending:
+            left = min((s for _, s in holders(store, [p.key for p in pending]).values()), default=0.0)
+            progress.note(f"{len(pending)} problem(s) held by other workers; next claim expires in "
+                          f"{clock(max(0.0, left))}")
+            time.sleep(poll_s)
+    progress.close()
+    stored = store.results(keys)
+    export_results(out, problems, stored)
+    results = tuple(stored[k] for k in keys if k in stored)
+    summary = RunSummary(out, url, results, searched, progress.elapsed_s)
+    write_run(out, _run_info(summary, n_jobs, started))
+    return summary
+
+
+def _run_info(summary: RunSummary, n_jobs: int, started: datetime) -> dict[str, Any]:
+    return {"storage": redact(summary.storage), "n_jobs": n_jobs, "started_at": started.isoformat(),
+            "finished_at": datetime.now(UTC).isoformat(), "elapsed_s": summary.elapsed_s,
+            "problems": len(summary.results), "searched_by_this_run": summary.searched,
+            "status": summary.counts}

@@ -1,0 +1,115 @@
+"""``parplan profile fit`` and a profile's own physics, on synthetic measured profiles (no torch needed)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from costmodel.predictors import cache_dir, device_gpu, fitted_profile, forget_fitted
+from costmodel.predictors._fitted import cache_key
+from costmodel.profiles import load_profile, make_profile, write_profile_files
+from costmodel.profiling.fit import fit_directory
+from costmodel.profiling.journal import USER_FIT_SAMPLING
+from costmodel.specs import get_gpu
+from costmodel.specs.errors import SpecError
+
+PEAK, BANDWIDTH = 2e11, 2e10  # a CPU core: 200 GFLOP/s bf16, 20 GB/s
+PHYSICS = {"peak_flops": {"bf16": PEAK}, "hbm_bandwidth_bytes_per_s": BANDWIDTH, "num_sms": 1,
+           "intra_node_bandwidth_bytes_per_s": 5e9, "intra_node_latency_s": 2e-5, "source": "synthetic"}
+
+
+def _synthetic_tables(rng: np.random.Generator) -> dict:
+    dims = (np.round(np.exp(rng.uniform(np.log(64), np.log(2048), (300, 3))) / 16) * 16).astype(int)
+    m, n, k = dims.T
+    gemm = 2.0 * m * n * k / (0.7 * PEAK) + 2.0 * (m * k + n * k + m * n) / BANDWIDTH + 5e-6
+    elements = (2 ** rng.uniform(14, 24, 40)).astype(int) // 1024 * 1024
+    memory_time = 4.0 * elements / (0.6 * BANDWIDTH) + 3e-6
+    sizes = 2 ** np.arange(10, 25)
+    return {
+        "gemm_bf16": {"m": m, "n": n, "k": k, "latency_s": gemm * rng.lognormal(0, 0.02, m.size)},
+        "memory": {"kind": ["norm"] * elements.size, "phase": ["fwd"] * elements.size, "elements": elements,
+                   "bytes": 4 * elements, "latency_s": memory_time * rng.lognormal(0, 0.02, elements.size)},
+        "nccl": {"op": ["all_reduce"] * sizes.size, "num_gpus": [2] * sizes.size, "message_bytes": sizes,
+                 "latency_s": 4e-5 + sizes / 5e9},
+    }
+
+
+@pytest.fixture
+def measured_dir(tmp_path):
+    tables = _synthetic_tables(np.random.default_rng(0))
+    profile = make_profile("laptop: cpu (synthetic)", "cpu", {"physics": PHYSICS, "fit_sampling": USER_FIT_SAMPLING},
+                           tables)
+    write_profile_files(profile, tmp_path / "laptop")
+    return tmp_path / "laptop"
+
+
+def test_fit_reports_held_out_error_per_family_and_stores_beside(measured_dir):
+    report = fit_directory(measured_dir)
+    errors = {e.family: e for e in report.errors}
+    assert set(errors) == {"gemm_bf16", "memory_norm_fwd", "nccl_all_reduce"}
+    assert errors["gemm_bf16"].n_test == 75  # a quarter of 300 rows held out
+    assert errors["gemm_bf16"].mape < 0.05 < errors["gemm_bf16"].roofline_mape
+    assert errors["memory_norm_fwd"].mape < 0.05
+    assert report.stored.parent == measured_dir / "fitted"
+    assert (measured_dir / "fitted" / "report.yaml").is_file()
+
+
+def test_profile_physics_make_the_fit_independent_of_the_runs_gpu(measured_dir):
+    profile = load_profile(measured_dir)
+    h100, a100 = get_gpu("h100-sxm5-80gb"), get_gpu("a100-sxm4-80gb")
+    assert cache_key(profile, h100) == cache_key(profile, a100) == cache_key(profile, None)
+    assert device_gpu(profile, h100).peak("bf16") == PEAK
+    assert device_gpu(profile, h100).hbm_capacity_bytes == h100.hbm_capacity_bytes  # not measured: the run's
+
+
+def test_predict_loads_the_stored_fit(measured_dir, monkeypatch, tmp_path):
+    fit_directory(measured_dir)
+    forget_fitted()
+    monkeypatch.setenv("PARPLAN_CACHE_DIR", str(tmp_path / "empty-cache"))
+    fitted = fitted_profile(load_profile(measured_dir), get_gpu("h100-sxm5-80gb"))
+    assert not cache_dir().exists()  # found in DIR/fitted: nothing fitted, nothing written to the user cache
+    seconds, inside = fitted.predict_memory("norm", "fwd", [2**18, 2**40])
+    assert inside.tolist() == [True, False]
+    assert seconds[0] == pytest.approx(4.0 * 2**18 / (0.6 * BANDWIDTH) + 3e-6, rel=0.1)
+
+
+def test_profile_without_physics_needs_a_gpu(tmp_path):
+    tables = {"gemm_bf16": {"m": [64, 128, 256], "n": [64] * 3, "k": [64] * 3, "latency_s": [1e-5, 2e-5, 4e-5]}}
+    write_profile_files(make_profile("trace", "cpu", {}, tables), tmp_path / "trace")
+    with pytest.raises(SpecError, match="'gpu' parameter must be a catalog GPU name") as info:
+        fit_directory(tmp_path / "trace")
+    assert "peak_flops" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_invalid_physics_is_a_one_line_error():
+    with pytest.raises(SpecError, match="metadata.physics.hbm_bandwidth_bytes_per_s"):
+        make_profile("x", "cpu", {"physics": {"hbm_bandwidth_bytes_per_s": -1}}, {})
+    with pytest.raises(SpecError, match="metadata.physics.clock"):
+        make_profile("x", "cpu", {"physics": {"clock": 1}}, {})
+
+
+def test_cli_fit_prints_the_held_out_error(measured_dir, cli, capsys):
+    assert cli(["profile", "fit", str(measured_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "laptop: cpu (synthetic)" in out
+    line = next(row for row in out.splitlines() if row.startswith("gemm_bf16"))
+    assert line.split()[1:3] == ["225", "75"] and line.split()[3].endswith("%")
+    assert "fitted predictors stored in" in out
+    assert cli(["profile", "fit", str(measured_dir), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {row["family"] for row in data["families"]} == {"gemm_bf16", "memory_norm_fwd", "nccl_all_reduce"}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["profile", "run", "--device", "cpu", "--ops", "gemm,conv", "--out", "x"], "'ops' parameter"),
+    (["profile", "run", "--device", "cpu", "--out", "x", "--for-search", "model=gpt3-125m"], "for-search gpu"),
+    (["profile", "run", "--device", "cpu", "--out", "x", "--for-search", "size=3"], "'for-search' parameter"),
+    (["profile", "fit", "/no/such/dir"], "'profile' parameter must be a directory"),
+    (["profile", "fit", "/no/such/dir", "--gpu", "h900"], "'cluster.gpu' parameter"),
+])
+def test_cli_errors_are_one_line_with_exit_2(argv, message, cli, capsys):
+    assert cli(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

@@ -1,0 +1,38 @@
+"""Progress lines: done/total, a bar, elapsed and an ETA from this run's pace."""
+
+from __future__ import annotations
+
+import io
+
+from studies.progress import Progress, clock
+from studies.result import ProblemResult
+
+
+def _result(problem: str, status: str = "ok") -> ProblemResult:
+    figures = {"step_time_s": 1.5, "tokens_per_s_per_gpu": 1234.0, "mfu": 0.4, "strategy_label": "tp2 pp1"} \
+        if status == "ok" else {"reason": "no layout"}
+    return ProblemResult(key=f"s/{problem}/x", problem=problem, model="m", gpu="g", num_gpus=8,
+                         global_batch_size=8, seq_length=8, tokens_per_step=64, status=status, **figures)
+
+
+def test_counts_bar_and_eta_from_this_runs_pace() -> None:
+    now = [100.0]
+    stream = io.StringIO()
+    progress = Progress(total=10, done=2, stream=stream, now=lambda: now[0])
+    now[0] += 30
+    progress.finished(_result("a"))
+    line = stream.getvalue().splitlines()[-1]
+    assert "3/10 problems (30%)" in line
+    assert "elapsed 0:30" in line and "ETA 3:30" in line  # 7 left at 30 s each
+    assert "a: 1.500 s/step, 1,234 tok/s/GPU, MFU 0.40, tp2 pp1" in line
+    progress.finished(_result("b", "invalid"), searched_here=False)
+    assert stream.getvalue().splitlines()[-1].endswith("b: invalid: no layout")
+
+
+def test_eta_unknown_before_the_first_problem() -> None:
+    progress = Progress(total=4, done=0, stream=io.StringIO())
+    assert progress.eta_s is None and "ETA --:--" in progress.status_line()
+
+
+def test_clock() -> None:
+    assert clock(59.4) == "0:59" and clock(61) == "1:01" and clock(3725) == "1:02:05" and clock(None) == "--:--"
