@@ -45,6 +45,7 @@ import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -124,10 +125,10 @@ def _norm_ops(name: str, r: Row) -> tuple[list[Op], list[Op]]:
 
 
 OPERATORS: dict[str, Build] = {
-    **{op: (lambda r, op=op: _gemm_ops(op, r)) for op in ("linear1", "linear2", "linear3", "linear4", "linear_final")},
+    **{op: partial(_gemm_ops, op) for op in ("linear1", "linear2", "linear3", "linear4", "linear_final")},
     "flash_atten": _attention_ops,
-    "layernorm": lambda r: _norm_ops("input_norm", r),
-    "RMSlayernorm": lambda r: _norm_ops("input_norm", r),
+    "layernorm": partial(_norm_ops, "input_norm"),
+    "RMSlayernorm": partial(_norm_ops, "input_norm"),
 }
 
 

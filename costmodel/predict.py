@@ -6,6 +6,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from threadpoolctl import threadpool_limits
+
 from constraints import Verdict, check
 from costmodel.calibration import step_time_interval
 from costmodel.specs.gpu import GiB, GPUSpec
@@ -35,6 +37,12 @@ def timer_for(gpu: GPUSpec, profile_dir: str | Path | None = None) -> OperatorTi
 
 def predict_run(run: RunSpec, profile_dir: str | Path | None = None) -> dict[str, Any]:
     """Prediction of one run in the shape of ``parplan predict --json`` (contract version 1)."""
+    # One BLAS/OpenMP thread: predictor calls are tiny and a thread pool costs more than it saves.
+    with threadpool_limits(1):
+        return _predict_run(run, profile_dir)
+
+
+def _predict_run(run: RunSpec, profile_dir: str | Path | None) -> dict[str, Any]:
     verdict = check(run)
     timer = timer_for(run.cluster.gpu, profile_dir)
     out: dict[str, Any] = {"fits": verdict.fits}

@@ -74,6 +74,21 @@ class StepPrediction:
     notes: tuple[str, ...] = field(default=())
 
 
+_COMM_MEMO: dict[int, tuple[OperatorTimer, dict[tuple[Any, ...], float]]] = {}
+
+
+def _collective(timer: OperatorTimer, op: str, message_bytes: float, placement: Any, gpu: Any) -> float:
+    """``collective_seconds`` memoised per timer (a search asks for the same few messages thousands of times)."""
+    entry = _COMM_MEMO.get(id(timer))
+    if entry is None or entry[0] is not timer:
+        entry = _COMM_MEMO[id(timer)] = (timer, {})
+    key = (op, float(message_bytes), placement, gpu)
+    hit = entry[1].get(key)
+    if hit is None:
+        hit = entry[1][key] = float(collective_seconds(op, message_bytes, placement, gpu, _intra(timer)))
+    return hit
+
+
 def _intra(timer: OperatorTimer) -> Callable[[str, Any, Any], tuple[np.ndarray, np.ndarray]] | None:
     """The profile's measured intra-node collective predictor (memoised by the timer), if it has one."""
     return timer.intra_collective if timer.has_collectives else None
@@ -83,7 +98,6 @@ def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers:
                 moe_layers: float) -> tuple[float, float, float, float]:
     """(tp, cp, ep, zero3) exposed seconds per micro-batch on one rank (forward + backward)."""
     model, s, cluster, gpu = run.model, run.strategy, run.cluster, run.cluster.gpu
-    intra = _intra(timer)
     tokens = s.micro_batch_size * run.seq_length // s.cp
     activation = tokens * model.hidden_size * BF16
     recompute_fwd = 1 if s.recompute == "full" else 0
@@ -91,16 +105,16 @@ def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers:
     if s.tp > 1 and not s.tp_comm_overlap:
         g = group_placement("tp", s, cluster)
         if s.sequence_parallel:
-            per = (collective_seconds("all_gather", activation, g, gpu, intra)
-                   + collective_seconds("reduce_scatter", activation, g, gpu, intra))
+            per = (_collective(timer, "all_gather", activation, g, gpu)
+                   + _collective(timer, "reduce_scatter", activation, g, gpu))
         else:
-            per = collective_seconds("all_reduce", activation, g, gpu, intra)
+            per = _collective(timer, "all_reduce", activation, g, gpu)
         tp = layers * 2 * per * (2 + recompute_fwd)  # two per layer, forward and backward (and recompute)
     if s.cp > 1:
         g = group_placement("cp", s, cluster)
         kv_width = max(1, model.num_query_groups // s.tp) * model.head_dim  # type: ignore[operator]
         chunk = 2 * s.micro_batch_size * (run.seq_length // s.cp) * kv_width * BF16  # K and V
-        ring = (s.cp - 1) * collective_seconds("send_recv", chunk, g, gpu, intra)
+        ring = (s.cp - 1) * _collective(timer, "send_recv", chunk, g, gpu)
         attention = stage.attention_s / max(layers, 1e-9)
         bwd_attention = attention * attention_backward_ratio(run.seq_length)
         # forward circulates K/V, backward K/V and their gradients; each overlaps its attention kernel
@@ -108,14 +122,14 @@ def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers:
     if s.ep > 1 and moe_layers:
         g = group_placement("ep", s, cluster)
         dispatched = tokens * model.moe_router_topk * model.hidden_size * BF16
-        ep = moe_layers * 4 * collective_seconds("all_to_all", dispatched, g, gpu, intra) * (1 + recompute_fwd / 2)
+        ep = moe_layers * 4 * _collective(timer, "all_to_all", dispatched, g, gpu) * (1 + recompute_fwd / 2)
     if s.zero_stage == 3 and s.dp * s.cp > 1:
         g = group_placement("dp_cp", s, cluster)
         dense, _ = params_on_gpu(run, stage.stage)
         layer_params = dense / max(layers, 1e-9)
         # nccl-tests convention: the message is the whole gathered (or reduced) layer
-        gather = collective_seconds("all_gather", layer_params * BF16, g, gpu, intra)
-        scatter = collective_seconds("reduce_scatter", layer_params * GRAD_REDUCE_BYTES, g, gpu, intra)
+        gather = _collective(timer, "all_gather", layer_params * BF16, g, gpu)
+        scatter = _collective(timer, "reduce_scatter", layer_params * GRAD_REDUCE_BYTES, g, gpu)
         per_layer_fwd = stage.forward_s / max(layers, 1e-9)
         per_layer_bwd = stage.backward_s / max(layers, 1e-9)
         z3 = layers * (max(0.0, gather - per_layer_fwd) + max(0.0, gather + scatter - per_layer_bwd))
@@ -127,7 +141,6 @@ def _dp_tail(run: RunSpec, timer: OperatorTimer, stage: StageCompute) -> float:
     s, cluster, gpu = run.strategy, run.cluster, run.cluster.gpu
     if s.dp * s.cp == 1 or s.zero_stage == 3:
         return 0.0
-    intra = _intra(timer)
     dense, expert = params_on_gpu(run, stage.stage)
     total = 0.0
     for params, kind, ranks in ((dense, "dp_cp", s.dp * s.cp), (expert, "edp", s.expert_data_parallel_size)):
@@ -135,12 +148,12 @@ def _dp_tail(run: RunSpec, timer: OperatorTimer, stage: StageCompute) -> float:
             continue
         g = group_placement(kind, s, cluster)
         op = "all_reduce" if s.zero_stage == 0 else "reduce_scatter"
-        sync = collective_seconds(op, params * GRAD_REDUCE_BYTES, g, gpu, intra)
-        bucket = collective_seconds(op, min(params, BUCKET_PARAMS) * GRAD_REDUCE_BYTES, g, gpu, intra)
+        sync = _collective(timer, op, params * GRAD_REDUCE_BYTES, g, gpu)
+        bucket = _collective(timer, op, min(params, BUCKET_PARAMS) * GRAD_REDUCE_BYTES, g, gpu)
         total += max(bucket, sync - stage.backward_s) if s.overlap_grad_reduce else sync
         if s.zero_stage in (1, 2):
-            gather = collective_seconds("all_gather", params * BF16, g, gpu, intra)
-            gather_bucket = collective_seconds("all_gather", min(params, BUCKET_PARAMS) * BF16, g, gpu, intra)
+            gather = _collective(timer, "all_gather", params * BF16, g, gpu)
+            gather_bucket = _collective(timer, "all_gather", min(params, BUCKET_PARAMS) * BF16, g, gpu)
             total += gather_bucket if s.overlap_param_gather else gather
     return total
 
@@ -151,8 +164,7 @@ def _p2p_seconds(run: RunSpec, timer: OperatorTimer) -> float:
         return 0.0
     tokens = s.micro_batch_size * run.seq_length // s.cp
     nbytes = tokens * run.model.hidden_size * BF16 / (s.tp if s.sequence_parallel else 1)
-    return collective_seconds("send_recv", nbytes, group_placement("pp", s, run.cluster), run.cluster.gpu,
-                              _intra(timer))
+    return _collective(timer, "send_recv", nbytes, group_placement("pp", s, run.cluster), run.cluster.gpu)
 
 
 def predict_step(run: RunSpec, timer: OperatorTimer,

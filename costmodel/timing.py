@@ -16,11 +16,11 @@ import numpy as np
 from costmodel.analytic import (
     BACKWARD_GEMM_TIME_FACTOR,
     FA2_LEVEL_DEVICES,
-    fa2_level_factor,
-    fa2_level_factors,
     attention_backward_ratio,
     attention_head_dim_time_factor,
     attention_roofline_seconds,
+    fa2_level_factor,
+    fa2_level_factors,
     gemm_roofline_seconds,
     memory_op_seconds,
     noncausal_time_factor,
@@ -136,13 +136,12 @@ class OperatorTimer:
         """FA2-level factors of a built-in profile listed in ``FA2_LEVEL_DEVICES``, else None (memoised)."""
         if not self._fa2_level:
             factors = None
-            profile = getattr(self.predictors, "profile", None)
-            builtin = profile is not None and profile.path is None \
-                and str(profile.metadata.get("source", "")).startswith("aiconfigurator-core")
-            if builtin and profile.device in FA2_LEVEL_DEVICES and self._has("attention_fwd"):
-                assert self.predictors is not None
-                factors = fa2_level_factors(profile.device, lambda *shape: self.predictors.predict_attention_fwd(
-                    *shape)[0])
+            profile = None if self.predictors is None else self.predictors.profile
+            if self.predictors is not None and profile is not None and profile.path is None \
+                    and profile.device in FA2_LEVEL_DEVICES and self._has("attention_fwd") \
+                    and str(profile.metadata.get("source", "")).startswith("aiconfigurator-core"):
+                fitted: Predictors = self.predictors
+                factors = fa2_level_factors(profile.device, lambda *shape: fitted.predict_attention_fwd(*shape)[0])
                 if factors is not None and not np.all(np.isfinite(factors)):
                     factors = None
             self._fa2_level.append(factors)

@@ -69,11 +69,7 @@ def _print_prediction(result: dict[str, Any]) -> None:
             print(f"{key}: {result[key]}")
     if "breakdown" in result:
         _print_table([[k, f"{v:.4f}"] for k, v in result["breakdown"].items()], ["breakdown", "s"])
-    if "stages" in result:
-        _print_table([[str(st["stage"]), f"{st['forward_s'] * 1e3:.2f}", f"{st['backward_s'] * 1e3:.2f}",
-                       f"{st['optimizer_s'] * 1e3:.2f}", f"{st['compute_s']:.4f}"] for st in result["stages"]],
-                     ["stage", "fwd ms/mb", "bwd ms/mb", "optimizer ms", "compute s/step"])
-        print(f"profile: {result.get('profile') or 'none (analytic models only)'}")
+    print(f"profile: {result.get('profile') or 'none (analytic models only)'}")
     for violation in result["violations"]:
         print(f"violation: {violation}")
     for warning in result.get("warnings", []):

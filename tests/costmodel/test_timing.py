@@ -1,0 +1,188 @@
+"""Operator timing: backward-GEMM factor, transposed look-ups, attention head-dim and FA2-level conversions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from costmodel.analytic import (
+    BACKWARD_GEMM_TIME_FACTOR,
+    FA2_HEAD_DIM_EFFICIENCY,
+    attention_head_dim_efficiency,
+    attention_head_dim_time_factor,
+    fa2_level_factor,
+    fa2_level_factors,
+)
+from costmodel.ops import Op, gemm
+from costmodel.profiles import aiconfigurator_adapter as adapter
+from costmodel.specs.catalog import get_gpu
+from costmodel.timing import (
+    NOTE_FA2_LEVEL,
+    NOTE_GEMM_BWD,
+    NOTE_HEAD_DIM,
+    SOURCE_PROFILE,
+    SOURCE_ROOFLINE,
+    OperatorTimer,
+)
+
+A100 = "a100-sxm4-80gb"
+
+
+@dataclass
+class _Profile:
+    device: str
+    metadata: dict[str, Any] = field(default_factory=lambda: {"source": "aiconfigurator-core 0.12.0"})
+    path: Path | None = None
+    name: str = "stub"
+
+
+class _Stub:
+    """Fitted-profile stand-in: GEMM table m <= 1000, attention table at head dim 128 only."""
+
+    families = ("attention_fwd", "gemm_bf16")
+
+    def __init__(self, profile: _Profile) -> None:
+        self.profile = profile
+
+    def predict_gemm(self, m: Any, n: Any, k: Any, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+        m, n, k = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (m, n, k)))
+        inside = m <= 1000
+        return np.where(inside, 2.0 * m * n * k / 1e14, np.nan), inside
+
+    def predict_attention_fwd(self, batch: Any, seq: Any, heads: Any, kv_heads: Any,
+                              head_dim: Any) -> tuple[np.ndarray, np.ndarray]:
+        b, s, h, _, d = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (batch, seq, heads, kv_heads,
+                                                                                   head_dim)))
+        inside = d == 128
+        return np.where(inside, 2.0 * b * s * s * h * d / 1.5e14, np.nan), inside
+
+    def sampled_range(self, family: str) -> dict[str, tuple[float, float]]:
+        assert family == "attention_fwd"
+        return {"head_dim": (128.0, 128.0)}
+
+
+def _timer(device: str = "h100-sxm5-80gb", **profile: Any) -> OperatorTimer:
+    return OperatorTimer(get_gpu("h100-sxm5-80gb"), _Stub(_Profile(device, **profile)))  # type: ignore[arg-type]
+
+
+def _attention(head_dim: int, causal: int = 1, seq: int = 2048) -> Op:
+    shape = (2, seq, 8, 8, head_dim, causal)
+    return Op("attention.fwd", "attention_fwd", "fwd", shape, 4.0 * 2 * seq * seq * 8 * head_dim, 1.0, "bf16")
+
+
+def test_backward_gemms_take_the_backward_factor_and_forward_ones_do_not():
+    fwd = gemm("mlp_up.fwd", "fwd", 512, 1024, 2048, "bf16")
+    dgrad = gemm("mlp_up.dgrad", "bwd", 512, 1024, 2048, "bf16")  # same shape on purpose: separate memo entries
+    wgrad = gemm("mlp_up.wgrad", "bwd", 512, 1024, 2048, "fp16")
+    timed = _timer().time_ops([fwd, dgrad, wgrad])
+    base = 2.0 * 512 * 1024 * 2048 / 1e14
+    assert timed.seconds == pytest.approx([base, base * BACKWARD_GEMM_TIME_FACTOR, base * BACKWARD_GEMM_TIME_FACTOR])
+    assert timed.sources == [SOURCE_PROFILE] * 3
+    assert NOTE_GEMM_BWD in timed.notes
+    assert _timer().time_ops([fwd]).notes == []
+
+
+def test_gemm_outside_the_table_is_timed_as_its_transpose():
+    op = gemm("lm_head.wgrad", "bwd", 50304, 600, 8192, "bf16")  # m beyond the stub's range, n inside
+    timed = _timer().time_ops([op])
+    assert timed.sources == [SOURCE_PROFILE]
+    assert timed.seconds[0] == pytest.approx(2.0 * 50304 * 600 * 8192 / 1e14 * BACKWARD_GEMM_TIME_FACTOR)
+    assert any("transpose" in note for note in timed.notes)
+
+
+def test_gemm_outside_in_both_orientations_falls_back_to_the_roofline():
+    timed = _timer().time_ops([gemm("huge.fwd", "fwd", 50000, 40000, 64, "bf16")])
+    assert timed.sources == [SOURCE_ROOFLINE]
+    assert any("roofline fall-back" in note for note in timed.notes)
+
+
+@pytest.mark.parametrize("head_dim", [64, 80, 104, 256])
+def test_head_dim_outside_the_sampled_ones_uses_the_fa2_head_dim_efficiency(head_dim):
+    timer = _timer()
+    at_128 = timer.time_ops([_attention(128)]).seconds[0]
+    timed = timer.time_ops([_attention(head_dim)])
+    assert timed.sources == [SOURCE_PROFILE]
+    assert timed.seconds[0] == pytest.approx(at_128 * attention_head_dim_time_factor(head_dim, 128))
+    assert NOTE_HEAD_DIM in timed.notes
+
+
+def test_fa2_level_applies_to_the_builtin_a100_table_only():
+    op = _attention(128, seq=1024)
+    plain = _timer().time_ops([op])
+    builtin = _timer(A100).time_ops([op])
+    user = _timer(A100, path=Path("/tmp/profile")).time_ops([op])
+    assert NOTE_FA2_LEVEL not in plain.notes and NOTE_FA2_LEVEL not in user.notes
+    assert NOTE_FA2_LEVEL in builtin.notes
+    assert user.seconds[0] == plain.seconds[0]
+    stub = _Stub(_Profile(A100))
+    factors = fa2_level_factors(A100, lambda *shape: stub.predict_attention_fwd(*shape)[0])
+    assert factors is not None
+    assert builtin.seconds[0] == pytest.approx(plain.seconds[0] * fa2_level_factor(A100, factors, 1024))
+
+
+def test_fa2_level_factors_compare_published_and_table_throughput():
+    # A table running at exactly the README's causal TFLOP/s needs no correction.
+    seqs = np.array([512, 1024, 2048, 4096, 8192, 16384], dtype=float)
+    tflops = dict(zip(seqs, [99, 133, 155, 173, 182, 189], strict=True))
+
+    def readme_speed(batch: Any, seq: Any, heads: Any, kv_heads: Any, head_dim: Any) -> np.ndarray:
+        rate = np.array([tflops[s] for s in np.asarray(seq, dtype=float)]) * 1e12
+        return 2.0 * batch * seq * seq * heads * head_dim / rate
+
+    factors = fa2_level_factors(A100, readme_speed)
+    assert factors is not None and np.allclose(factors, 1.0)
+    assert fa2_level_factors("h100-sxm5-80gb", readme_speed) is None
+    assert fa2_level_factor(A100, np.linspace(0.5, 1.0, 6), 100) == pytest.approx(0.5)  # clamped below 512
+
+
+def test_head_dim_efficiency_follows_the_fa2_kernels():
+    for kernel, efficiency in FA2_HEAD_DIM_EFFICIENCY.items():
+        assert attention_head_dim_efficiency(kernel) == pytest.approx(efficiency)
+    # A padded head dim does its kernel's work: never faster than the kernel's own head dim.
+    for d in (40, 72, 104, 144, 200, 240):
+        kernel = 32 * int(np.ceil(d / 32))
+        assert attention_head_dim_time_factor(d, kernel) >= 1.0
+    # FlashAttention-2 README (A100, fwd+bwd): head dim 64 takes 0.556-0.575 of head dim 128's time.
+    assert 0.54 < attention_head_dim_time_factor(64, 128) < 0.58
+    assert attention_head_dim_efficiency(512) == FA2_HEAD_DIM_EFFICIENCY[256]
+
+
+def test_merge_takes_the_median_at_the_primary_level():
+    m = np.arange(1, 201, dtype=np.int64)
+    primary = {"m": m, "n": np.full(200, 64), "k": np.full(200, 32), "latency_s": np.full(200, 1e-3)}
+    rng = np.random.default_rng(0)
+    noisy = 1e-3 * np.exp(rng.normal(0, 0.05, 200))
+
+    def table(level: float, latency_s: np.ndarray) -> tuple[Any, dict[str, np.ndarray], np.ndarray]:
+        columns = {"m": m, "n": np.full(200, 64), "k": np.full(200, 32), "latency": latency_s * level / 1e-3}
+        return None, columns, np.arange(200)
+
+    merged, note = adapter._merge_gemm(primary, {"a": table(1.10, noisy), "b": table(0.95, noisy[::-1].copy())})
+    assert note["offsets"]["a"] == pytest.approx(1.10 * np.exp(np.median(np.log(noisy / 1e-3))), rel=1e-3)
+    assert note["shapes_by_measurements"] == {3: 200}
+    assert np.median(merged["latency_s"]) == pytest.approx(1e-3, rel=0.01)  # the primary's level
+    assert not merged["latency_s"].flags.writeable
+
+
+def test_builtin_bf16_table_is_the_merge_of_the_f_linear_backends():
+    pytest.importorskip("pyarrow")
+    tables = adapter.backend_gemm_tables("h100-sxm5-80gb")
+    assert list(tables)[0] == "vllm 0.24.0" and len(tables) == 3
+    merged = adapter.load_tables("h100-sxm5-80gb")
+    note = merged["metadata"]["gemm_bf16_merge"]
+    assert set(note["offsets"]) == {"sglang 0.5.14", "trtllm 1.3.0rc20"}
+    assert merged["metadata"]["kernel_sources"]["gemm_bf16"] == [
+        "sglang_torch_linear", "torch.nn.functional.linear", "torch_flow"]
+    # one shape by hand: median of the three, the others scaled by their offsets
+    gemm_bf16 = merged["gemm_bf16"]
+    row = 1234
+    shape = (gemm_bf16["m"][row], gemm_bf16["n"][row], gemm_bf16["k"][row])
+    values = []
+    for name, table in tables.items():
+        hit = (table["m"] == shape[0]) & (table["n"] == shape[1]) & (table["k"] == shape[2])
+        values.append(table["latency_s"][hit][0] / note["offsets"].get(name, 1.0))
+    assert gemm_bf16["latency_s"][row] == pytest.approx(np.median(values), rel=1e-3)
