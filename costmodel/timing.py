@@ -22,6 +22,7 @@ from costmodel.analytic import (
     fa2_level_factor,
     fa2_level_factors,
     gemm_roofline_seconds,
+    memory_kind,
     memory_op_seconds,
     noncausal_time_factor,
 )
@@ -169,11 +170,34 @@ class OperatorTimer:
         unique: dict[tuple[Any, ...], Op] = {self._key(op): op for op in ops}
         gemms = [op for op in unique.values() if op.family == "gemm"]
         attention = [op for op in unique.values() if op.family in ("attention_fwd", "attention_bwd")]
-        for op in unique.values():
-            if op.family in ("memory", "optimizer"):
-                self._memo[self._key(op)] = (memory_op_seconds(op, self.gpu), SOURCE_ANALYTIC, (NOTE_MEMORY,))
+        self._fill_memory([op for op in unique.values() if op.family in ("memory", "optimizer")])
         self._fill_gemms(gemms)
         self._fill_attention(attention)
+
+    def _fill_memory(self, ops: list[Op]) -> None:
+        """A profile's measured table of the op's kind and phase (from ``parplan profile``), else the fits."""
+        for op in ops:
+            phase = "fwd" if op.phase == "recompute" else op.phase
+            kind = memory_kind(op)
+            if self._has(f"memory_{kind}_{phase}"):
+                assert self.predictors is not None
+                sec, ok = self.predictors.predict_memory(kind, phase, [op.shape[0]])  # type: ignore[attr-defined]
+                if bool(np.ravel(ok)[0]):
+                    self._memo[self._key(op)] = (float(np.ravel(sec)[0]), SOURCE_PROFILE, ())
+                    continue
+            self._memo[self._key(op)] = (memory_op_seconds(op, self.gpu), SOURCE_ANALYTIC, (NOTE_MEMORY,))
+
+    def _measured_attention_bwd(self, op: Op) -> float | None:
+        """The profile's own attention-backward table, where it has one covering ``op``."""
+        if not self._has("attention_bwd"):
+            return None
+        assert self.predictors is not None
+        sec, ok = self.predictors.predict_attention_bwd(  # type: ignore[attr-defined]
+            *(np.array([v], dtype=float) for v in op.shape[:5]))
+        if not bool(np.ravel(ok)[0]):
+            return None
+        noncausal = len(op.shape) > 5 and op.shape[5] == 0
+        return float(np.ravel(sec)[0]) * (noncausal_time_factor(op.shape[1]) if noncausal else 1.0)
 
     def _fill_gemms(self, gemms: list[Op]) -> None:
         by_dtype: dict[str, list[Op]] = {}
@@ -241,6 +265,9 @@ class OperatorTimer:
                 note = (f"attention (batch, seq, heads, kv_heads, head_dim)={op.shape[:5]} lies outside the "
                         f"attention table's sampled range: roofline fall-back")
                 self._memo[self._key(op)] = (attention_roofline_seconds(op, self.gpu), SOURCE_ROOFLINE, (note,))
+                continue
+            if op.family == "attention_bwd" and (measured := self._measured_attention_bwd(op)) is not None:
+                self._memo[self._key(op)] = (measured, SOURCE_PROFILE, ())
                 continue
             notes: tuple[str, ...] = ()
             if level is not None:

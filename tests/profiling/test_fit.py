@@ -113,3 +113,18 @@ def test_cli_errors_are_one_line_with_exit_2(argv, message, cli, capsys):
     assert cli(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_timer_uses_a_profiles_memory_table(measured_dir):
+    """A user profile's measured norm kernels replace the analytic bandwidth fit (and drop its note)."""
+    from costmodel.ops import memory_op
+    from costmodel.timing import NOTE_MEMORY, OperatorTimer
+
+    gpu = get_gpu("h100-sxm5-80gb")
+    fitted = fitted_profile(load_profile(measured_dir), gpu)
+    norm = memory_op("input_norm.fwd", "fwd", 2**18, 4 * 2**18)
+    timed = OperatorTimer(gpu, fitted).time_ops([norm])
+    assert timed.sources == ["profile"] and NOTE_MEMORY not in timed.notes
+    assert timed.seconds[0] == pytest.approx(4.0 * 2**18 / (0.6 * BANDWIDTH) + 3e-6, rel=0.1)
+    residual = memory_op("attn_residual.fwd", "fwd", 2**18, 6 * 2**18)  # no measured residual kernels
+    assert OperatorTimer(gpu, fitted).time_ops([residual]).sources == ["analytic"]
