@@ -119,17 +119,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m parplan.cli_study run|worker|report ...`` (the same as ``parplan study ...``)."""
-    from costmodel.specs.errors import SpecError
-    from parplan.cli import _Parser
+    from parplan.cli import main as parplan_main
 
-    parser = _Parser(prog="parplan")
-    register(parser.add_subparsers(dest="command", required=True, parser_class=_Parser))
-    args = parser.parse_args(["study", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return int(args.func(args))
-    except SpecError as exc:
-        sys.stderr.write(f"parplan: error: {exc}\n")
-        return EXIT_USAGE
+    return parplan_main(["study", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":  # pragma: no cover
