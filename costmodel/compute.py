@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from constraints.memory import model_state_bytes
+from constraints.memory import BYTES_OPTIMIZER, model_state_bytes
 from costmodel.decompose import optimizer_op, stage_ops
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
-
-BYTES_PER_OPTIMIZED_PARAM = 12  # fp32 master + two moments: the optimizer term of the memory model
 
 
 @dataclass(frozen=True)
@@ -41,7 +39,7 @@ class StageCompute:
 
 def optimizer_params_on_gpu(run: RunSpec, stage: int) -> float:
     """Parameters whose Adam update this GPU runs (its ZeRO shard when zero_stage >= 1)."""
-    return model_state_bytes(run, stage)[2] / BYTES_PER_OPTIMIZED_PARAM
+    return model_state_bytes(run, stage)[2] / BYTES_OPTIMIZER
 
 
 def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer) -> StageCompute:

@@ -35,16 +35,20 @@ def timer_for(gpu: GPUSpec, profile_dir: str | Path | None = None) -> OperatorTi
     return _timer(gpu, None if profile_dir is None else str(Path(profile_dir).resolve()))
 
 
-def predict_run(run: RunSpec, profile_dir: str | Path | None = None) -> dict[str, Any]:
-    """Prediction of one run in the shape of ``parplan predict --json`` (contract version 1)."""
+def predict_run(run: RunSpec, profile_dir: str | Path | None = None,
+                timer: OperatorTimer | None = None) -> dict[str, Any]:
+    """Prediction of one run in the shape of ``parplan predict --json`` (contract version 1).
+
+    ``timer`` overrides the one ``profile_dir`` selects (a search passes its own, so the
+    reported numbers are exactly those it ranked by).
+    """
     # One BLAS/OpenMP thread: predictor calls are tiny and a thread pool costs more than it saves.
     with threadpool_limits(1):
-        return _predict_run(run, profile_dir)
+        return _predict_run(run, timer if timer is not None else timer_for(run.cluster.gpu, profile_dir))
 
 
-def _predict_run(run: RunSpec, profile_dir: str | Path | None) -> dict[str, Any]:
+def _predict_run(run: RunSpec, timer: OperatorTimer) -> dict[str, Any]:
     verdict = check(run)
-    timer = timer_for(run.cluster.gpu, profile_dir)
     out: dict[str, Any] = {"fits": verdict.fits}
     if run.strategy.world_size != run.cluster.num_gpus:
         # No rank layout exists, so no communication or schedule can be timed: report memory only.

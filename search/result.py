@@ -6,11 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from constraints import check
-from costmodel.calibration import step_time_interval
-from costmodel.specs.gpu import GiB
+from costmodel.predict import predict_run
 from costmodel.specs.strategy import Strategy
-from costmodel.step import predict_step, throughput
 from search.objective import Evaluation, Evaluator, search_timer
 from search.space import KNOBS, SearchProblem, build_space, change_knob
 
@@ -142,33 +139,8 @@ class SearchResult:
 
 
 def contract_prediction(problem: SearchProblem, strategy: Strategy, profile_dir: str | None = None) -> dict[str, Any]:
-    """The ``parplan predict --json`` object of ``strategy`` on ``problem``.
-
-    Mirrors ``costmodel.predict.predict_run`` but with the search's timer, so that
-    the numbers are exactly those the search ranked by.
-    TODO(costmodel): call ``predict_run(run, timer=...)`` once it accepts a timer.
-    """
-    run = problem.run(strategy)
-    verdict = check(run)
-    timer = search_timer(problem.gpu, profile_dir)
-    step = predict_step(run, timer)
-    out: dict[str, Any] = {"fits": verdict.fits, "step_time_s": step.step_time_s}
-    out.update(throughput(run, step.step_time_s))
-    out.update({
-        "peak_memory_gib": verdict.peak_memory_gib,
-        "usable_memory_gib": verdict.usable_bytes / GiB,
-        "peak_memory_stage": verdict.memory.stage,
-        "memory": verdict.memory.as_gib(),
-        "breakdown": step.breakdown,
-        "schedule": step.schedule,
-        "profile": timer.profile_name,
-        "violations": list(verdict.violations),
-        "warnings": list(step.notes),
-    })
-    interval = step_time_interval(step.step_time_s)
-    if interval is not None:
-        out["step_time_s_interval"] = interval
-    return out
+    """The ``parplan predict --json`` object of ``strategy`` on ``problem``, timed with the search's timer."""
+    return predict_run(problem.run(strategy), profile_dir, timer=search_timer(problem.gpu, profile_dir))
 
 
 def _knobs(strategy: Strategy) -> dict[str, Any]:
