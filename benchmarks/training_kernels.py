@@ -28,9 +28,10 @@ linear4 = MLP down (K=4*dim/mp, N=dim), linear_final = LM head (K=dim, N=ceil(50
 flash_atten is non-causal with h/mp heads of dim/h; norms act on b*l*dim elements.
 
 In-sample vs out-of-sample. On perlmutter these are in-sample: the norm fits, the attention
-backward/forward ratio, the attention fall-back fraction of peak, the backward GEMM factor and the
-FlashAttention-2 head-dim efficiencies of ``costmodel/analytic.py`` were derived from these A100
-rows. Out of sample: the GEMM and attention tables (aiconfigurator-core), the non-causal factor
+backward/forward ratio (by sequence length and head dim), the attention fall-back fraction of peak,
+the backward GEMM factor, the FlashAttention-2 head-dim efficiencies and the batch x heads factor
+of the A100 attention table (``FA2_PARALLELISM_PAIRS``, one parameter) of ``costmodel/analytic.py``
+were derived from these A100 rows. Out of sample: the GEMM and attention tables (aiconfigurator-core), the non-causal factor
 (FlashAttention-2 README) and, on vista, every derived figure.
 
 Usage: python benchmarks/training_kernels.py [--json] [--system perlmutter|vista] [--data DIR]

@@ -116,7 +116,7 @@ def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers:
         chunk = 2 * s.micro_batch_size * (run.seq_length // s.cp) * kv_width * BF16  # K and V
         ring = (s.cp - 1) * _collective(timer, "send_recv", chunk, g, gpu)
         attention = stage.attention_s / max(layers, 1e-9)
-        bwd_attention = attention * attention_backward_ratio(run.seq_length)
+        bwd_attention = attention * attention_backward_ratio(run.seq_length, model.head_dim)
         # forward circulates K/V, backward K/V and their gradients; each overlaps its attention kernel
         cp = layers * (max(0.0, ring - attention) + max(0.0, 2 * ring - bwd_attention))
     if s.ep > 1 and moe_layers:

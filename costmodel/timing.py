@@ -21,6 +21,7 @@ from costmodel.analytic import (
     attention_roofline_seconds,
     fa2_level_factor,
     fa2_level_factors,
+    fa2_parallelism_factor,
     gemm_roofline_seconds,
     memory_kind,
     memory_op_seconds,
@@ -35,14 +36,15 @@ SOURCE_ANALYTIC = "analytic"
 NOTE_MEMORY = ("norms, activations, residuals, rotary, cross-entropy and the optimizer step: analytic "
                "bandwidth fits to Zhang et al. 2025 A100 measurements (no sampled table)")
 NOTE_NONCAUSAL = ("non-causal attention: causal table x FlashAttention-2 non-causal/causal time ratio")
-NOTE_ATTENTION_BWD = ("attention backward: sampled forward time x measured backward/forward ratio "
-                      "(no backward table)")
+NOTE_ATTENTION_BWD = ("attention backward: sampled forward time x measured backward/forward ratio by sequence "
+                      "length and head dim (no backward table)")
 NOTE_GEMM_BWD = (f"backward GEMMs (dgrad, wgrad): forward-layout table time x {BACKWARD_GEMM_TIME_FACTOR}, "
                  "the backward/forward efficiency ratio measured on A100 by Zhang et al. 2025")
 NOTE_HEAD_DIM = ("attention head dim outside the table's sampled head dims: timed at the nearest sampled head dim "
                  "x the FlashAttention-2 per-head-dim efficiency (costmodel.analytic)")
 NOTE_FA2_LEVEL = ("attention: the built-in table's causal prefill kernel brought to FlashAttention-2's published "
-                  "throughput by sequence length (costmodel.analytic.FA2_LEVEL_DEVICES)")
+                  "throughput by sequence length and to its measured batch x heads dependence "
+                  "(costmodel.analytic.FA2_LEVEL_DEVICES, FA2_PARALLELISM_PAIRS)")
 # GEMM roles whose table time is scaled by BACKWARD_GEMM_TIME_FACTOR, and the table dtypes it holds for.
 _BACKWARD_ROLES = ("dgrad", "wgrad")
 _BACKWARD_FACTOR_DTYPES = ("bf16", "fp16")
@@ -272,7 +274,8 @@ class OperatorTimer:
             notes: tuple[str, ...] = ()
             if level is not None:
                 notes += (NOTE_FA2_LEVEL,)
-                sec = sec * fa2_level_factor(self.predictors.profile.device, level, op.shape[1])
+                sec = (sec * fa2_level_factor(self.predictors.profile.device, level, op.shape[1])
+                       * float(fa2_parallelism_factor(op.shape[0] * op.shape[2])))
             if d != d_ref:
                 notes += (NOTE_HEAD_DIM,)
                 sec = sec * attention_head_dim_time_factor(d, d_ref)
@@ -281,5 +284,5 @@ class OperatorTimer:
                 sec = sec * noncausal_time_factor(op.shape[1])
             if op.family == "attention_bwd":
                 notes += (NOTE_ATTENTION_BWD,)
-                sec = sec * attention_backward_ratio(op.shape[1])
+                sec = sec * attention_backward_ratio(op.shape[1], op.shape[4])
             self._memo[self._key(op)] = (float(sec), SOURCE_PROFILE, notes)

@@ -14,8 +14,12 @@ from costmodel.analytic import (
     FA2_HEAD_DIM_EFFICIENCY,
     attention_head_dim_efficiency,
     attention_head_dim_time_factor,
+    FA2_BWD_HEAD_DIM_RATIO,
+    FA2_PADDED_BWD_RATIO,
+    attention_backward_ratio,
     fa2_level_factor,
     fa2_level_factors,
+    fa2_parallelism_factor,
 )
 from costmodel.ops import Op, gemm
 from costmodel.profiles import aiconfigurator_adapter as adapter
@@ -121,7 +125,22 @@ def test_fa2_level_applies_to_the_builtin_a100_table_only():
     stub = _Stub(_Profile(A100))
     factors = fa2_level_factors(A100, lambda *shape: stub.predict_attention_fwd(*shape)[0])
     assert factors is not None
-    assert builtin.seconds[0] == pytest.approx(plain.seconds[0] * fa2_level_factor(A100, factors, 1024))
+    pairs = op.shape[0] * op.shape[2]
+    assert builtin.seconds[0] == pytest.approx(
+        plain.seconds[0] * fa2_level_factor(A100, factors, 1024) * fa2_parallelism_factor(pairs))
+
+
+def test_fewer_batch_head_pairs_run_faster_per_flop_on_the_fa2_level_table():
+    # Same FLOPs (batch x heads x seq^2 fixed) spread over fewer (batch, head) pairs: the FA2-level
+    # A100 table is scaled down more, the plain table not at all.
+    few = Op("attention.fwd", "attention_fwd", "fwd", (1, 2048, 4, 4, 128, 1), 1.0, 1.0, "bf16")
+    many = Op("attention.fwd", "attention_fwd", "fwd", (8, 2048, 8, 8, 128, 1), 1.0, 1.0, "bf16")
+    plain = _timer().time_ops([few, many]).seconds
+    builtin = _timer(A100).time_ops([few, many]).seconds
+    assert builtin[0] / plain[0] < builtin[1] / plain[1]
+    assert (builtin[0] / plain[0]) / (builtin[1] / plain[1]) == pytest.approx(
+        fa2_parallelism_factor(4) / fa2_parallelism_factor(64))
+    assert fa2_parallelism_factor(1e6) == pytest.approx(1.0, abs=1e-5)
 
 
 def test_fa2_level_factors_compare_published_and_table_throughput():
@@ -134,7 +153,8 @@ def test_fa2_level_factors_compare_published_and_table_throughput():
         return 2.0 * batch * seq * seq * heads * head_dim / rate
 
     factors = fa2_level_factors(A100, readme_speed)
-    assert factors is not None and np.allclose(factors, 1.0)
+    # ... beyond undoing the parallelism factor at the README's own batch x heads (16 heads, 16384 tokens)
+    assert factors is not None and np.allclose(factors * fa2_parallelism_factor(16 * 16384 / seqs), 1.0)
     assert fa2_level_factors("h100-sxm5-80gb", readme_speed) is None
     assert fa2_level_factor(A100, np.linspace(0.5, 1.0, 6), 100) == pytest.approx(0.5)  # clamped below 512
 
@@ -149,6 +169,16 @@ def test_head_dim_efficiency_follows_the_fa2_kernels():
     # FlashAttention-2 README (A100, fwd+bwd): head dim 64 takes 0.556-0.575 of head dim 128's time.
     assert 0.54 < attention_head_dim_time_factor(64, 128) < 0.58
     assert attention_head_dim_efficiency(512) == FA2_HEAD_DIM_EFFICIENCY[256]
+
+
+def test_backward_ratio_follows_the_fa2_backward_kernels():
+    assert attention_backward_ratio(4096, 128) == pytest.approx(2.90 + 615 / 4096)
+    assert attention_backward_ratio(4096) == attention_backward_ratio(4096, 128)
+    for kernel, ratio in FA2_BWD_HEAD_DIM_RATIO.items():
+        assert attention_backward_ratio(2048, kernel) == pytest.approx(attention_backward_ratio(2048) * ratio)
+    assert attention_backward_ratio(2048, 112) == pytest.approx(attention_backward_ratio(2048) * FA2_PADDED_BWD_RATIO)
+    assert attention_backward_ratio(2048, 512) == pytest.approx(attention_backward_ratio(2048, 256))
+    assert attention_backward_ratio(1024) > attention_backward_ratio(8192)  # short sequences: less efficient bwd
 
 
 def test_merge_takes_the_median_at_the_primary_level():
