@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from constraints.memory import BYTES_OPTIMIZER, model_state_bytes
 from costmodel.decompose import optimizer_op, stage_ops
@@ -42,14 +43,32 @@ def optimizer_params_on_gpu(run: RunSpec, stage: int) -> float:
     return model_state_bytes(run, stage)[2] / BYTES_OPTIMIZER
 
 
+def stage_ops_key(run: RunSpec, stage: int) -> tuple[Any, ...]:
+    """Everything ``stage_ops(run, stage)`` depends on: equal keys give equal operator lists.
+
+    The model, the sequence length, the strategy fields ``costmodel.decompose`` reads, and
+    whether the stage is the first or the last (a middle stage's index does not matter).
+    dp, the global batch, ZeRO and the overlap switches shape no operator.
+    """
+    s = run.strategy
+    return (run.model, run.seq_length, s.tp, s.cp, s.ep, s.pp, s.micro_batch_size, s.sequence_parallel,
+            s.recompute, s.precision, s.flash_attention, stage == 0, stage == s.pp - 1)
+
+
 def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer) -> StageCompute:
-    """Time the operators of one pipeline stage."""
-    timed = timer.time_ops(stage_ops(run, stage))
+    """Time the operators of one pipeline stage (layer work memoised on ``timer`` by ``stage_ops_key``)."""
+    key = stage_ops_key(run, stage)
+    totals = timer.stage_memo.get(key)
+    if totals is None:
+        timed = timer.time_ops(stage_ops(run, stage))
+        totals = (timed.total(("fwd",)), timed.total(("bwd", "recompute")), timed.total(("recompute",)),
+                  timed.total_family("attention_fwd", ("fwd",)), tuple(timed.notes))
+        timer.stage_memo[key] = totals
+    forward, backward, recompute, attention, notes = totals
     opt = timer.time_ops([optimizer_op(optimizer_params_on_gpu(run, stage))])
-    return StageCompute(stage=stage, forward_s=timed.total(("fwd",)), backward_s=timed.total(("bwd", "recompute")),
-                        recompute_s=timed.total(("recompute",)), optimizer_s=opt.total(),
-                        attention_s=timed.total_family("attention_fwd", ("fwd",)),
-                        notes=tuple(sorted(set(timed.notes) | set(opt.notes))))
+    return StageCompute(stage=stage, forward_s=forward, backward_s=backward, recompute_s=recompute,
+                        optimizer_s=opt.total(), attention_s=attention,
+                        notes=tuple(sorted(set(notes) | set(opt.notes))))
 
 
 def distinct_stages(pp: int) -> list[int]:

@@ -109,6 +109,8 @@ class OperatorTimer:
     _memo: dict[tuple[Any, ...], tuple[float, str, tuple[str, ...]]] = field(default_factory=dict, repr=False)
     _comm_memo: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     _fa2_level: list[np.ndarray | None] = field(default_factory=list, repr=False)  # computed once, on first use
+    # Summed stage times keyed by the fields that shape a stage's operators (costmodel.compute).
+    stage_memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
 
     @property
     def profile_name(self) -> str | None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from constraints import check
-from costmodel.compute import distinct_stages
+from costmodel.compute import distinct_stages, stage_ops_key
 from costmodel.decompose import stage_ops
 from costmodel.ops import Op
 from costmodel.predict import timer_for
@@ -178,13 +178,17 @@ def prewarm(runs: Iterable[RunSpec], timer: OperatorTimer) -> None:
 
     ``OperatorTimer`` memoises per shape but calls its predictors once per new
     strategy; a sweep that asks for all shapes at once pays the predictor
-    overhead once instead of once per strategy.
-    TODO(costmodel): a batched ``predict_steps(runs, timer)`` would make this unnecessary.
+    overhead once instead of once per strategy. Stages with equal
+    ``stage_ops_key`` have equal operators, so each is decomposed once.
     """
     ops: dict[Op, None] = {}
+    seen = set(timer.stage_memo)
     for run in runs:
         for stage in distinct_stages(run.strategy.pp):
-            ops.update(dict.fromkeys(stage_ops(run, stage)))
+            key = stage_ops_key(run, stage)
+            if key not in seen:
+                seen.add(key)
+                ops.update(dict.fromkeys(stage_ops(run, stage)))
     if ops:
         timer.time_ops(list(ops))
 

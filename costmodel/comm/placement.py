@@ -108,7 +108,22 @@ def _parse_order(order: str) -> tuple[str, ...]:
     return tokens
 
 
-def _group_ranks(kind: str, strategy: Strategy, order: tuple[str, ...]) -> np.ndarray:
+@dataclass(frozen=True)
+class _Layout:
+    """The degrees ``_group_ranks`` reads."""
+
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    ep: int
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.cp * self.dp * self.pp
+
+
+def _group_ranks(kind: str, strategy: Strategy | _Layout, order: tuple[str, ...]) -> np.ndarray:
     """Every group of ``kind`` as a row of ascending global ranks, shape (groups, size)."""
     sizes = {"tp": strategy.tp, "cp": strategy.cp, "dp": strategy.dp, "pp": strategy.pp}
     outer_first = order[::-1]
@@ -143,7 +158,6 @@ def _worst_spread(rows: np.ndarray, domain: int) -> tuple[int, int]:
     return int(fewest.min()), int(changes.sum(axis=1).max()) + 1
 
 
-@lru_cache(maxsize=4096)
 def group_placement(kind: str, strategy: Strategy, cluster: ClusterSpec,
                     order: str = DEFAULT_ORDER) -> GroupPlacement:
     """Placement of the ``kind`` process groups of ``strategy`` on ``cluster``.
@@ -170,7 +184,17 @@ def group_placement(kind: str, strategy: Strategy, cluster: ClusterSpec,
     if strategy.world_size != cluster.num_gpus:
         raise SpecError("strategy", f"tp*cp*dp*pp={strategy.world_size}",
                         f"a layout of all cluster.num_gpus={cluster.num_gpus} GPUs")
-    rows = _group_ranks(kind, strategy, _parse_order(order))
+    # Only the layout places ranks: strategies that differ in other knobs share one placement.
+    layout = (strategy.tp, strategy.cp, strategy.dp, strategy.pp, strategy.ep if kind in ("ep", "edp") else 1)
+    return _layout_placement(kind, layout, cluster, order)
+
+
+@lru_cache(maxsize=4096)
+def _layout_placement(kind: str, layout: tuple[int, int, int, int, int], cluster: ClusterSpec,
+                      order: str) -> GroupPlacement:
+    tp, cp, dp, pp, ep = layout
+    grid = _Layout(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep)
+    rows = _group_ranks(kind, grid, _parse_order(order))
     fewest, domains = _worst_spread(rows, scale_up_domain_size(cluster))
     return GroupPlacement(kind=kind, size=rows.shape[1], gpus_per_node=fewest, num_domains=domains,
                           crosses_nodes=domains > 1)

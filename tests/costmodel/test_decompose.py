@@ -90,3 +90,39 @@ def test_recompute_adds_forward_ops() -> None:
     selective = layer_ops(get_model("llama3.1-8b"), Strategy(recompute="selective"), 2048)
     assert [op.name for op in selective if op.phase == "recompute"] == ["attention.recompute"]
     assert sum(op.phase == "recompute" for op in full) == sum(op.phase == "fwd" for op in none)
+
+
+# Knobs that shape no operator, with a second legal value each (dp changes the cluster too).
+_NON_SHAPING = {"global_batch_size": 64 * 4, "zero_stage": 3, "vpp": 2, "allow_tp_across_nodes": True,
+                "tp_comm_overlap": True, "overlap_grad_reduce": False, "overlap_param_gather": False}
+_SHAPING = {"tp": 4, "cp": 2, "micro_batch_size": 1, "sequence_parallel": False, "recompute": "full",
+            "precision": "fp8", "flash_attention": False, "pp": 8, "ep": 2}
+
+
+def _with(run: RunSpec, **changes: object) -> RunSpec:
+    from dataclasses import replace
+
+    strategy = replace(run.strategy, **changes)
+    cluster = replace(run.cluster, num_gpus=strategy.tp * strategy.pp * strategy.cp * strategy.dp)
+    return replace(run, strategy=strategy, cluster=cluster)
+
+
+@pytest.mark.parametrize("knob", sorted(_NON_SHAPING))
+def test_stage_ops_key_leaves_out_only_knobs_that_shape_no_operator(knob):
+    from costmodel.compute import stage_ops_key
+
+    run = _run("mixtral-8x7b", 2, 4, 1, 4, 4096)
+    other = _with(run, **{knob: _NON_SHAPING[knob]})
+    for stage in range(4):
+        assert stage_ops_key(other, stage) == stage_ops_key(run, stage)
+        assert stage_ops(other, stage) == stage_ops(run, stage)
+
+
+@pytest.mark.parametrize("knob", sorted(_SHAPING))
+def test_stage_ops_key_changes_with_every_shaping_knob(knob):
+    from costmodel.compute import stage_ops_key
+
+    run = _run("mixtral-8x7b", 2, 4, 1, 4, 4096)
+    other = _with(run, **{knob: _SHAPING[knob]})
+    assert stage_ops_key(other, 1) != stage_ops_key(run, 1)
+    assert stage_ops(other, 1) != stage_ops(run, 1)
