@@ -28,6 +28,7 @@ from costmodel.analytic import (
     noncausal_time_factor,
 )
 from costmodel.ops import Op
+from costmodel.splitting import attention_pieces, gemm_pieces
 from costmodel.specs.gpu import GPUSpec
 
 SOURCE_PROFILE = "profile"
@@ -137,6 +138,24 @@ class OperatorTimer:
             self._comm_memo[key] = hit
         return hit
 
+    def _attention_splits(self, shapes: np.ndarray, in_range: np.ndarray) -> dict[int, tuple[float, str]]:
+        """Out-of-range attention shapes timed as equal in-range pieces over batch and heads, by index."""
+        sampled = getattr(self.predictors, "sampled_range", None)
+        if sampled is None or bool(np.all(in_range)):
+            return {}
+        ranges = sampled("attention_fwd")
+        plans = {index: plan for index in np.flatnonzero(~in_range)
+                 if (plan := attention_pieces(tuple(int(v) for v in shapes[index]), ranges)) is not None}
+        if not plans:
+            return {}
+        assert self.predictors is not None
+        pieces = np.array([piece for _, piece in plans.values()], dtype=float)
+        seconds, ok = self.predictors.predict_attention_fwd(*pieces.T)
+        return {int(index): (scale * float(sec),
+                             f"attention (batch, seq, heads, kv_heads, head_dim)={tuple(int(v) for v in shapes[index])} "
+                             f"lies beyond the attention table's range: timed as {scale:.3g} x the in-range piece {piece}")
+                for (index, (scale, piece)), sec, inside in zip(plans.items(), seconds, ok) if inside}
+
     def _attention_level(self) -> np.ndarray | None:
         """FA2-level factors of a built-in profile listed in ``FA2_LEVEL_DEVICES``, else None (memoised)."""
         if not self._fa2_level:
@@ -227,14 +246,18 @@ class OperatorTimer:
             if swapped.any():
                 other, other_ok = self.predictors.predict_gemm(n[swapped], m[swapped], k[swapped], table_dtype)
                 seconds[swapped], in_range[swapped] = other, other_ok
+            split = self._gemm_splits(group, in_range, family, table_dtype)
             backward = table_dtype in _BACKWARD_FACTOR_DTYPES
-            for op, sec, ok, turned in zip(group, seconds, in_range, swapped):
+            for index, (op, sec, ok, turned) in enumerate(zip(group, seconds, in_range, swapped)):
+                notes: tuple[str, ...] = ()
+                if not ok and index in split:
+                    sec, piece_note = split[index]
+                    ok, turned, notes = True, False, (piece_note,)
                 if not ok:
                     note = (f"{op.name.split('.')[0]} GEMM (m, n, k)={op.shape} lies outside the {family} "
                             f"table's sampled range: roofline fall-back")
                     self._memo[self._key(op)] = (gemm_roofline_seconds(op, self.gpu), SOURCE_ROOFLINE, (note,))
                     continue
-                notes: tuple[str, ...] = ()
                 if turned:
                     notes += (f"{op.name.split('.')[0]} GEMM (m, n, k)={op.shape} timed as its transpose "
                               f"(n, m, k): outside the {family} table's range in its own orientation",)
@@ -242,6 +265,34 @@ class OperatorTimer:
                     sec = sec * BACKWARD_GEMM_TIME_FACTOR
                     notes += (NOTE_GEMM_BWD,)
                 self._memo[self._key(op)] = (float(sec), SOURCE_PROFILE, notes)
+
+    def _gemm_splits(self, group: list[Op], in_range: np.ndarray, family: str,
+                     table_dtype: str) -> dict[int, tuple[float, str]]:
+        """Out-of-range GEMMs of ``group`` timed as equal in-range pieces (costmodel.splitting), by index."""
+        sampled = getattr(self.predictors, "sampled_range", None)
+        if sampled is None or bool(np.all(in_range)):
+            return {}
+        ranges = sampled(family)
+        plans: dict[int, tuple[float, tuple[int, int, int]]] = {}
+        for index, op in enumerate(group):
+            if not in_range[index]:
+                m, n, k = (int(v) for v in op.shape)
+                # the orientation with the larger piece (C and C^T are one GEMM)
+                options = [plan for plan in (gemm_pieces((m, n, k), ranges), gemm_pieces((n, m, k), ranges)) if plan]
+                if options:
+                    plans[index] = min(options, key=lambda plan: plan[0])
+        if not plans:
+            return {}
+        assert self.predictors is not None
+        shapes = np.array([piece for _, piece in plans.values()], dtype=float)
+        seconds, ok = self.predictors.predict_gemm(*shapes.T, table_dtype)
+        out = {}
+        for (index, (scale, piece)), sec, inside in zip(plans.items(), seconds, ok):
+            if inside:
+                out[index] = (scale * float(sec),
+                              f"{group[index].name.split('.')[0]} GEMM (m, n, k)={group[index].shape} lies beyond the "
+                              f"{family} table's range: timed as {scale:.3g} x the in-range piece (m, n, k)={piece}")
+        return out
 
     def _fill_attention(self, ops: list[Op]) -> None:
         if not ops:
@@ -263,8 +314,13 @@ class OperatorTimer:
             low, high = sampled("attention_fwd")["head_dim"]
             shapes[:, 4] = np.clip(head_dim, low, high)
         seconds, in_range = self.predictors.predict_attention_fwd(*shapes.T)
+        split = self._attention_splits(shapes, in_range)
         level = self._attention_level()
-        for op, sec, ok, d, d_ref in zip(ops, seconds, in_range, head_dim, shapes[:, 4]):
+        for index, (op, sec, ok, d, d_ref) in enumerate(zip(ops, seconds, in_range, head_dim, shapes[:, 4])):
+            notes: tuple[str, ...] = ()
+            if not ok and index in split:
+                sec, piece_note = split[index]
+                ok, notes = True, (piece_note,)
             if not ok:
                 note = (f"attention (batch, seq, heads, kv_heads, head_dim)={op.shape[:5]} lies outside the "
                         f"attention table's sampled range: roofline fall-back")
@@ -273,7 +329,6 @@ class OperatorTimer:
             if op.family == "attention_bwd" and (measured := self._measured_attention_bwd(op)) is not None:
                 self._memo[self._key(op)] = (measured, SOURCE_PROFILE, ())
                 continue
-            notes: tuple[str, ...] = ()
             if level is not None:
                 notes += (NOTE_FA2_LEVEL,)
                 sec = (sec * fa2_level_factor(self.predictors.profile.device, level, op.shape[1])

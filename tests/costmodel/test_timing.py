@@ -45,7 +45,7 @@ class _Profile:
 
 
 class _Stub:
-    """Fitted-profile stand-in: GEMM table m <= 1000, attention table at head dim 128 only."""
+    """Fitted-profile stand-in: GEMM table m <= 1000 and k >= 32; attention at head dim 128, <= 16 heads."""
 
     families = ("attention_fwd", "gemm_bf16")
 
@@ -54,19 +54,22 @@ class _Stub:
 
     def predict_gemm(self, m: Any, n: Any, k: Any, dtype: str) -> tuple[np.ndarray, np.ndarray]:
         m, n, k = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (m, n, k)))
-        inside = m <= 1000
+        inside = (m <= 1000) & (k >= 32)
         return np.where(inside, 2.0 * m * n * k / 1e14, np.nan), inside
 
     def predict_attention_fwd(self, batch: Any, seq: Any, heads: Any, kv_heads: Any,
                               head_dim: Any) -> tuple[np.ndarray, np.ndarray]:
         b, s, h, _, d = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (batch, seq, heads, kv_heads,
                                                                                    head_dim)))
-        inside = d == 128
+        inside = (d == 128) & (h <= 16)
         return np.where(inside, 2.0 * b * s * s * h * d / 1.5e14, np.nan), inside
 
     def sampled_range(self, family: str) -> dict[str, tuple[float, float]]:
+        if family == "gemm_bf16":
+            return {"m": (1.0, 1000.0), "n": (1.0, 1e9), "k": (32.0, 1e9)}
         assert family == "attention_fwd"
-        return {"head_dim": (128.0, 128.0)}
+        return {"batch": (1.0, 64.0), "seq_len": (128.0, 16384.0), "num_heads": (1.0, 16.0),
+                "num_kv_heads": (1.0, 16.0), "head_dim": (128.0, 128.0), "tokens": (128.0, 1e6)}
 
 
 def _timer(device: str = "h100-sxm5-80gb", **profile: Any) -> OperatorTimer:
@@ -98,10 +101,34 @@ def test_gemm_outside_the_table_is_timed_as_its_transpose():
     assert any("transpose" in note for note in timed.notes)
 
 
-def test_gemm_outside_in_both_orientations_falls_back_to_the_roofline():
+def test_gemm_beyond_the_table_in_both_orientations_is_timed_as_in_range_pieces():
     timed = _timer().time_ops([gemm("huge.fwd", "fwd", 50000, 40000, 64, "bf16")])
+    assert timed.sources == [SOURCE_PROFILE]
+    # 40 pieces of (1000, 50000, 64) in the transposed orientation (50 in its own): the same FLOPs
+    assert timed.seconds[0] == pytest.approx(2.0 * 50000 * 40000 * 64 / 1e14)
+    assert any("timed as 40 x the in-range piece (m, n, k)=(1000, 50000, 64)" in note for note in timed.notes)
+    assert not any("roofline" in note for note in timed.notes)
+
+
+def test_gemm_below_the_table_with_no_in_range_piece_falls_back_to_the_roofline():
+    timed = _timer().time_ops([gemm("huge.fwd", "fwd", 50000, 40000, 16, "bf16")])  # k under the table's 32
     assert timed.sources == [SOURCE_ROOFLINE]
     assert any("roofline fall-back" in note for note in timed.notes)
+
+
+def test_attention_beyond_the_table_heads_is_timed_as_head_groups():
+    op = Op("attention.fwd", "attention_fwd", "fwd", (2, 2048, 40, 8, 128, 1), 1.0, 1.0, "bf16")
+    timed = _timer().time_ops([op])
+    assert timed.sources == [SOURCE_PROFILE]
+    # a piece of 14 heads (3 kv heads), scaled by the work: 40 / 14 of its time
+    assert timed.seconds[0] == pytest.approx(2.0 * 2 * 2048 * 2048 * 40 * 128 / 1.5e14)
+    assert any("timed as 2.86 x the in-range piece (2, 2048, 14, 3, 128)" in note for note in timed.notes)
+
+
+def test_attention_beyond_the_table_sequence_is_not_split():
+    op = Op("attention.fwd", "attention_fwd", "fwd", (1, 32768, 40, 8, 128, 1), 1.0, 1.0, "bf16")
+    timed = _timer().time_ops([op])
+    assert timed.sources == [SOURCE_ROOFLINE]
 
 
 @pytest.mark.parametrize("head_dim", [64, 80, 104, 256])

@@ -1,0 +1,66 @@
+"""Shapes beyond a table's range, timed as equal pieces that lie inside it.
+
+A GEMM's output blocks are independent, so ``Y[m, n]`` with ``m`` (or ``n``) past
+the table splits into GEMMs of at most the table's largest ``m`` rows that run
+one after the other; a ``k`` past the table splits the same way into partial
+products that are added (split-K; the extra pass over the fp32 partial sums is
+left out). Attention heads and sequences of a batch are independent in the same
+way. The op's time is the piece's time x the op's work / the piece's work (its
+``scale``, e.g. 2.6 for an ``n`` of 2.6 x the table's largest): each piece is at
+least half the table's largest size in the split dimension, so it fills the GPU
+and time grows with work. Sequence length is never split: attention's work
+grows with its square.
+
+Used by ``costmodel.timing`` before it falls back to the roofline; the op's
+notes say when a time was composed this way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+Range = Mapping[str, tuple[float, float]]
+
+GEMM_COLUMNS = ("m", "n", "k")
+
+
+def gemm_pieces(shape: Sequence[int], ranges: Range) -> tuple[float, tuple[int, int, int]] | None:
+    """``(scale, piece shape)`` of an ``(m, n, k)`` GEMM whose dimensions exceed ``ranges``.
+
+    ``ranges`` maps ``m``, ``n``, ``k`` to the table's sampled ``(min, max)``. None
+    when nothing exceeds a maximum, or a dimension lies below its minimum (a
+    smaller piece would not help).
+    """
+    counts = []
+    for value, name in zip(shape, GEMM_COLUMNS, strict=True):
+        low, high = ranges[name]
+        if value < low:
+            return None
+        counts.append(max(1, math.ceil(value / high)))
+    if counts == [1, 1, 1]:
+        return None
+    piece = tuple(math.ceil(value / count) for value, count in zip(shape, counts, strict=True))
+    return math.prod(shape) / math.prod(piece), piece  # type: ignore[return-value]
+
+
+def attention_pieces(shape: Sequence[int], ranges: Range) -> tuple[float, tuple[int, ...]] | None:
+    """``(scale, piece shape)`` of an attention op split over its batch and heads.
+
+    ``shape`` is ``(batch, seq, heads, kv_heads, head_dim, ...)``; ``ranges`` holds
+    the table's ``batch``, ``seq_len``, ``num_heads``, ``num_kv_heads`` and
+    ``tokens`` (batch x seq) ranges. Heads split in groups that keep the
+    query/key-value ratio (rounded up). None when the sequence is outside the table or
+    nothing exceeds a maximum.
+    """
+    batch, seq, heads, kv_heads = (int(v) for v in shape[:4])
+    low_seq, high_seq = ranges["seq_len"]
+    if not low_seq <= seq <= high_seq:
+        return None
+    batch_pieces = max(math.ceil(batch / ranges["batch"][1]), math.ceil(batch * seq / ranges["tokens"][1]), 1)
+    head_pieces = max(math.ceil(heads / ranges["num_heads"][1]), math.ceil(kv_heads / ranges["num_kv_heads"][1]), 1)
+    if batch_pieces == head_pieces == 1:
+        return None
+    piece = (math.ceil(batch / batch_pieces), seq, math.ceil(heads / head_pieces),
+             max(1, math.ceil(kv_heads / head_pieces)), *shape[4:])
+    return batch * heads / (piece[0] * piece[2]), piece
