@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from costmodel.specs.gpu import GiB
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.runspec import RunSpec
-from costmodel.specs.strategy import Strategy
+from costmodel.specs.strategy import Strategy, pipeline_layers
 
 BYTES_WEIGHT_16BIT = 2
 BYTES_GRAD_FP32 = 4
@@ -83,9 +83,15 @@ class StageMemory:
 
 
 # -- parameters per GPU ---------------------------------------------------------
-def layers_per_stage(model: ModelSpec, strategy: Strategy) -> float:
-    """Transformer layers one pipeline rank holds (all its virtual chunks)."""
-    return model.num_layers / strategy.pp
+def layers_per_stage(model: ModelSpec, strategy: Strategy, stage: int) -> float:
+    """Transformer layers pipeline rank ``stage`` holds (all its virtual chunks).
+
+    ``pipeline_layers``' split (even, or fewer layers on the first and last
+    rank); ``num_layers / pp`` where no split is supported (the rules reject
+    such a strategy; the figure only keeps a report of it finite).
+    """
+    split = pipeline_layers(model.num_layers, strategy.pp, strategy.vpp)
+    return float(split[stage]) if split is not None else model.num_layers / strategy.pp
 
 
 def dense_layer_params_per_gpu(model: ModelSpec, tp: int) -> float:
@@ -119,9 +125,9 @@ def embedding_params_per_gpu(model: ModelSpec, strategy: Strategy, stage: int) -
     return n
 
 
-def _stage_layer_counts(model: ModelSpec, strategy: Strategy) -> tuple[float, float]:
-    """(dense, MoE) layers on one stage, spreading the leading dense layers evenly."""
-    per_stage = layers_per_stage(model, strategy)
+def stage_layer_counts(model: ModelSpec, strategy: Strategy, stage: int) -> tuple[float, float]:
+    """(dense, MoE) layers on pipeline rank ``stage``, spreading the leading dense layers evenly."""
+    per_stage = layers_per_stage(model, strategy, stage)
     moe_share = model.num_moe_layers / model.num_layers
     return per_stage * (1 - moe_share), per_stage * moe_share
 
@@ -129,7 +135,7 @@ def _stage_layer_counts(model: ModelSpec, strategy: Strategy) -> tuple[float, fl
 def params_on_gpu(run: RunSpec, stage: int) -> tuple[float, float]:
     """(dense, expert) parameters one GPU of ``stage`` holds before any ZeRO sharding."""
     model, s = run.model, run.strategy
-    dense_layers, moe_layers = _stage_layer_counts(model, s)
+    dense_layers, moe_layers = stage_layer_counts(model, s, stage)
     dense = dense_layers * dense_layer_params_per_gpu(model, s.tp) + embedding_params_per_gpu(model, s, stage)
     expert = 0.0
     if moe_layers:
@@ -205,7 +211,7 @@ def inflight_chunks(strategy: Strategy, stage: int) -> float:
 def layer_activation_bytes(run: RunSpec, stage: int) -> float:
     """Transformer-layer activations held by one GPU of ``stage`` at its peak."""
     model, s = run.model, run.strategy
-    dense_layers, moe_layers = _stage_layer_counts(model, s)
+    dense_layers, moe_layers = stage_layer_counts(model, s, stage)
     per_chunk = dense_layers * activation_bytes_per_layer(model, s, run.seq_length)
     if moe_layers:
         per_chunk += moe_layers * activation_bytes_per_layer(model, s, run.seq_length, moe=True)
@@ -242,8 +248,9 @@ def stage_memory(run: RunSpec, stage: int) -> StageMemory:
 def peak_stage_memory(run: RunSpec) -> StageMemory:
     """The pipeline stage with the highest per-GPU memory.
 
-    Only the first and last stages can be the peak: middle stages hold fewer
-    in-flight micro-batches than the first and no embedding or logits.
+    The first, the last, or (when the first holds fewer layers: an uneven split)
+    the second: later middle stages hold fewer in-flight micro-batches than the
+    second, the same layers and no embedding or logits.
     """
-    candidates = {0, run.strategy.pp - 1}
+    candidates = {0, min(1, run.strategy.pp - 1), run.strategy.pp - 1}
     return max((stage_memory(run, st) for st in sorted(candidates)), key=lambda m: m.total_bytes)

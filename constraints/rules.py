@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from costmodel.specs.runspec import RunSpec
+from costmodel.specs.strategy import pipeline_layers
 
 Rule = Callable[[RunSpec], "str | None"]
 
@@ -68,10 +69,13 @@ def pp_within_layers(run: RunSpec) -> str | None:
 
 def layers_split_evenly(run: RunSpec) -> str | None:
     s, layers = run.strategy, run.model.num_layers
-    chunks = s.pp * s.vpp
-    if layers % chunks:
-        return (f"num_layers={layers} must split evenly over pp*vpp = {s.pp}*{s.vpp} = {chunks} "
-                f"model chunks (uneven splits are not modelled)")
+    if pipeline_layers(layers, s.pp, s.vpp) is None:
+        chunks = s.pp * s.vpp
+        if s.vpp > 1:
+            return (f"num_layers={layers} must split evenly over pp*vpp = {s.pp}*{s.vpp} = {chunks} "
+                    f"model chunks (interleaving with uneven stages is not modelled)")
+        return (f"num_layers={layers} cannot be split over pp={s.pp}: evenly, or with fewer layers "
+                f"on the first and last stage and at least one on each")
     return None
 
 

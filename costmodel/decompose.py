@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from constraints.memory import stage_layer_counts
 from costmodel.ops import Op, gemm, memory_op
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.runspec import RunSpec
@@ -197,17 +198,10 @@ def optimizer_op(params_on_gpu: float) -> Op:
               ADAM_BYTES_PER_PARAM * params_on_gpu, "fp32", 1.0)
 
 
-def stage_layer_split(model: ModelSpec, strategy: Strategy) -> tuple[float, float]:
-    """(dense, MoE) transformer layers on one pipeline rank (all its virtual chunks)."""
-    per_stage = model.num_layers / strategy.pp
-    share = model.num_moe_layers / model.num_layers
-    return per_stage * (1 - share), per_stage * share
-
-
 def stage_ops(run: RunSpec, stage: int) -> list[Op]:
     """Every operator one GPU of pipeline ``stage`` runs per micro-batch (counts include its layers)."""
     model, s, seq = run.model, run.strategy, run.seq_length
-    dense, moe = stage_layer_split(model, s)
+    dense, moe = stage_layer_counts(model, s, stage)
     ops: list[Op] = []
     for layers, is_moe in ((dense, False), (moe, True)):
         if layers:

@@ -12,6 +12,7 @@ from constraints import Verdict, check
 from costmodel.calibration import step_time_interval
 from costmodel.specs.gpu import GiB, GPUSpec
 from costmodel.specs.runspec import RunSpec
+from costmodel.specs.strategy import pipeline_layers
 from costmodel.step import predict_step, throughput
 from costmodel.timing import OperatorTimer
 
@@ -62,6 +63,7 @@ def _predict_run(run: RunSpec, timer: OperatorTimer) -> dict[str, Any]:
     out.update({
         "breakdown": step.breakdown,
         "schedule": step.schedule,
+        "pipeline_layers": list(pipeline_layers(run.model.num_layers, run.strategy.pp, run.strategy.vpp) or ()),
         "warnings": list(step.notes),
     })
     interval = step_time_interval(step.step_time_s)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from constraints.memory import params_on_gpu
+from constraints.memory import params_on_gpu, stage_layer_counts
 from costmodel.analytic import attention_backward_ratio
 from costmodel.calibration import framework_overhead
 from costmodel.comm import collective_seconds, group_placement
@@ -177,15 +177,15 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
     s = run.strategy
     m = s.num_microbatches
     computes = pipeline_compute(run, timer)
-    layers = run.model.num_layers / s.pp
-    moe_layers = layers * run.model.num_moe_layers / run.model.num_layers
     stages: list[StageTimes] = []
     cache: dict[int, StageTimes] = {}
     scale, per_layer = framework_overhead() if framework is None else framework
     passes = 2 if s.recompute == "full" else 1  # a full-recompute layer runs its forward twice
     for st in range(s.pp):
         c = computes[st]
-        if id(c) not in cache:
+        if id(c) not in cache:  # middle stages share one StageCompute and one layer count
+            dense_layers, moe_layers = stage_layer_counts(run.model, s, st)
+            layers = dense_layers + moe_layers
             overhead = (scale - 1.0) * (c.forward_s + c.backward_s) + per_layer * layers * passes
             cache[id(c)] = StageTimes(c, *_layer_comm(run, timer, c, layers, moe_layers), overhead_s=overhead)
         stages.append(cache[id(c)])

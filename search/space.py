@@ -27,7 +27,7 @@ from costmodel.specs.errors import SpecError, require_int
 from costmodel.specs.gpu import ClusterSpec, GPUSpec
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.runspec import RunSpec
-from costmodel.specs.strategy import PRECISIONS, RECOMPUTE, ZERO_STAGES, Strategy
+from costmodel.specs.strategy import PRECISIONS, RECOMPUTE, ZERO_STAGES, Strategy, pipeline_layers
 
 LAYOUT_KNOBS: tuple[str, ...] = ("tp", "pp", "cp", "dp", "micro_batch_size", "vpp", "ep", "sequence_parallel")
 """Layout knobs in the order a sampler picks them (``dp`` is derived, never sampled)."""
@@ -207,9 +207,9 @@ def legal_cp(problem: SearchProblem, tp: int) -> list[int]:
 
 
 def legal_pp(problem: SearchProblem, tp: int, cp: int) -> list[int]:
-    """PP degrees that split the layers evenly and divide the remaining GPUs."""
+    """PP degrees that divide the remaining GPUs and split the layers (``pipeline_layers``)."""
     rest = problem.num_gpus // (tp * cp)
-    out = [p for p in divisors(rest) if problem.model.num_layers % p == 0]
+    out = [p for p in divisors(rest) if pipeline_layers(problem.model.num_layers, p) is not None]
     return _bounded(out, problem.max_pp)
 
 
@@ -222,7 +222,7 @@ def legal_micro_batch(problem: SearchProblem, dp: int) -> list[int]:
 
 def legal_vpp(problem: SearchProblem, pp: int, num_microbatches: int) -> list[int]:
     """Virtual stages per rank: interleaving needs pp > 1, even chunks and micro-batches divisible by pp."""
-    if pp == 1 or num_microbatches % pp:
+    if pp == 1 or num_microbatches % pp or problem.model.num_layers % pp:
         return [1]
     return _bounded(divisors(problem.model.num_layers // pp), problem.max_vpp)
 

@@ -85,3 +85,31 @@ class Strategy:
 
 
 STRATEGY_KEYS = frozenset(f.name for f in fields(Strategy))
+
+
+def pipeline_layers(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, ...] | None:
+    """Transformer layers each pipeline rank holds (all its virtual chunks), or None if unsupported.
+
+    Even when ``pp * vpp`` divides ``num_layers``. Otherwise, with ``vpp == 1``,
+    Megatron-Core's uneven split (``--decoder-first-pipeline-num-layers`` /
+    ``--decoder-last-pipeline-num-layers``, TransformerConfig
+    ``num_layers_in_{first,last}_pipeline_stage``): every middle rank holds
+    ``ceil(num_layers / pp)`` layers and the first and last ranks, which also
+    hold the embedding and the LM head, give up the shortfall between them (the
+    last one more when it is odd), each keeping at least one layer. Llama 3
+    405B's 126 layers on pp 16 give 7, 14 x 8, 7 (the layout of Dubey et al.
+    2024, section 3.3.2: one layer fewer on the first and the last stage).
+    Interleaving (``vpp > 1``) with an uneven split is not modelled.
+    """
+    if pp < 1 or vpp < 1 or num_layers < pp:
+        return None
+    if num_layers % (pp * vpp) == 0:
+        return (num_layers // pp,) * pp
+    if vpp > 1 or pp == 1:
+        return None
+    base = -(-num_layers // pp)
+    shortfall = base * pp - num_layers
+    first, last = base - shortfall // 2, base - (shortfall + 1) // 2
+    if first < 1 or last < 1:
+        return None
+    return (first, *(base,) * (pp - 2), last)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from costmodel.specs.strategy import Strategy
+from costmodel.specs.strategy import Strategy, pipeline_layers
 from search.exporters._base import Exporter, header
 from search.space import SearchProblem
 
@@ -60,7 +60,12 @@ class TorchtitanExporter(Exporter):
             f"context_parallel_degree = {s.cp}",
             f"expert_parallel_degree = {s.ep}",
         ]
-        if s.pp > 1:
+        split = pipeline_layers(problem.model.num_layers, s.pp, s.vpp)
+        if s.pp > 1 and split is not None and len(set(split)) > 1:
+            # uneven: name the first layer of every stage after the first
+            starts = [sum(split[:stage]) for stage in range(1, s.pp)]
+            lines.append("pipeline_parallel_split_points = [" + ", ".join(f'"layers.{i}"' for i in starts) + "]")
+        elif s.pp > 1:
             lines.append(f"pipeline_parallel_layers_per_stage = {problem.model.num_layers // (s.pp * s.vpp)}")
         lines += ["", "[activation_checkpoint]", f'mode = "{s.recompute}"']
         if s.recompute == "selective":

@@ -17,6 +17,7 @@ CASES = [  # model, tp, pp, cp, ep, seq
     ("qwen2.5-7b", 4, 1, 1, 1, 4096),
     ("gpt-neox-20b", 4, 2, 1, 1, 2048),
     ("mixtral-8x7b", 2, 4, 1, 4, 4096),
+    ("llama3.1-405b", 8, 16, 1, 1, 8192),  # uneven stages: 7, 14 x 8, 7 layers
 ]
 
 

@@ -34,7 +34,8 @@ CASES = [
     _run(model="mixtral-8x7b", tp=2, pp=2, dp=8, ep=4, gbs=64),
     _run(tp=2, pp=1, dp=4, cp=2, seq=16384, gbs=16),
     _run(gpu="a100-sxm4-80gb", model="gpt3-175b", tp=8, pp=8, dp=4, vpp=3, gbs=256, seq=2048, recompute="full"),
-    _run(gpu="mi300x", tp=8, pp=1, dp=2, gbs=32),  # no built-in profile: analytic models only
+    _run(model="llama3.1-405b", tp=8, pp=16, dp=1, gbs=32, seq=8192, recompute="full"),  # uneven stages
+    _run(gpu="mi300x", tp=8, pp=1, dp=2, gbs=32),  # no built-in profile: analytic models only (keep last)
 ]
 
 
@@ -119,3 +120,15 @@ def test_bubble_share_falls_with_more_microbatches() -> None:
 
 def test_deterministic() -> None:
     assert predict_run(CASES[1]) == predict_run(CASES[1])
+
+
+def test_uneven_stages_time_their_own_layers() -> None:
+    from costmodel.compute import pipeline_compute
+
+    run = _run(model="llama3.1-405b", tp=8, pp=16, dp=1, gbs=32, seq=8192, recompute="full")
+    computes = pipeline_compute(run, OperatorTimer(run.cluster.gpu, None))
+    # stage 0: 7 layers and the embedding; stage 1: 8 layers; the last: 7 layers and the LM head
+    per_layer = computes[1].forward_s / 8
+    assert computes[0].forward_s == pytest.approx(7 * per_layer, rel=0.02)
+    assert computes[0].forward_s < computes[1].forward_s
+    assert computes[1].forward_s == computes[8].forward_s

@@ -19,6 +19,7 @@ from tests.search.conftest import small_problem
 
 PROBLEM = small_problem(64)
 MOE = small_problem(64, model=get_model("mixtral-8x7b"))
+UNEVEN = small_problem(64, model=get_model("llama3.1-405b"))
 STRATEGIES = {
     "dense-interleaved": (PROBLEM, Strategy(tp=4, pp=2, vpp=2, cp=2, dp=4, micro_batch_size=2, global_batch_size=64,
                                             recompute="selective", zero_stage=1, precision="bf16")),
@@ -27,6 +28,8 @@ STRATEGIES = {
     "ddp-no-sp": (PROBLEM, Strategy(tp=2, pp=4, dp=8, micro_batch_size=2, global_batch_size=64,
                                     sequence_parallel=False, zero_stage=0, precision="fp16")),
     "moe-zero2": (MOE, Strategy(tp=2, pp=2, dp=16, ep=8, micro_batch_size=1, global_batch_size=64, zero_stage=2)),
+    # 126 layers on 16 stages: 7, 14 x 8, 7
+    "uneven-pp": (UNEVEN, Strategy(tp=4, pp=16, dp=1, micro_batch_size=1, global_batch_size=64)),
 }
 
 
@@ -38,7 +41,8 @@ def megatron_parser() -> argparse.ArgumentParser:
                  "--num-layers-per-virtual-pipeline-stage", "--recompute-num-layers", "--num-layers",
                  "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--seq-length",
                  "--max-position-embeddings", "--num-query-groups", "--num-experts", "--moe-router-topk",
-                 "--moe-ffn-hidden-size"):
+                 "--moe-ffn-hidden-size", "--decoder-first-pipeline-num-layers",
+                 "--decoder-last-pipeline-num-layers"):
         p.add_argument(flag, type=int)
     for flag in ("--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp", "--bf16", "--fp16",
                  "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather", "--group-query-attention",
@@ -164,3 +168,16 @@ def test_megatron_export_names_the_layers_per_virtual_stage(tmp_path: Path) -> N
     problem, strategy = STRATEGIES["dense-interleaved"]
     text = EXPORTERS["megatron"].write(strategy, problem, tmp_path).read_text()
     assert "--num-layers-per-virtual-pipeline-stage 8" in text  # 32 layers / (pp 2 * vpp 2)
+
+
+def test_uneven_pipeline_split_is_spelled_in_each_framework(tmp_path: Path) -> None:
+    problem, strategy = STRATEGIES["uneven-pp"]
+    megatron = EXPORTERS["megatron"].write(strategy, problem, tmp_path / "m").read_text()
+    assert "--decoder-first-pipeline-num-layers 7" in megatron and "--decoder-last-pipeline-num-layers 7" in megatron
+    nemo = yaml.safe_load(EXPORTERS["nemo"].write(strategy, problem, tmp_path / "n").read_text())["model"]
+    assert (nemo["num_layers_in_first_pipeline_stage"], nemo["num_layers_in_last_pipeline_stage"]) == (7, 7)
+    titan = tomllib.loads(EXPORTERS["torchtitan"].write(strategy, problem, tmp_path / "t").read_text())["parallelism"]
+    assert titan["pipeline_parallel_split_points"] == [f"layers.{7 + 8 * i}" for i in range(15)]
+    assert "pipeline_parallel_layers_per_stage" not in titan
+    even, even_strategy = STRATEGIES["ddp-no-sp"]
+    assert "--decoder-first" not in EXPORTERS["megatron"].write(even_strategy, even, tmp_path / "e").read_text()
