@@ -64,6 +64,7 @@ def _predict_run(run: RunSpec, timer: OperatorTimer) -> dict[str, Any]:
         "breakdown": step.breakdown,
         "schedule": step.schedule,
         "pipeline_layers": list(pipeline_layers(run.model.num_layers, run.strategy.pp, run.strategy.vpp) or ()),
+        "stages": [dict(stage) for stage in step.stages],
         "warnings": list(step.notes),
     })
     interval = step_time_interval(step.step_time_s)

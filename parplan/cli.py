@@ -69,11 +69,28 @@ def _print_prediction(result: dict[str, Any]) -> None:
             print(f"{key}: {result[key]}")
     if "breakdown" in result:
         _print_table([[k, f"{v:.4f}"] for k, v in result["breakdown"].items()], ["breakdown", "s"])
+    if result.get("stages"):
+        _print_table([[label, str(st["layers"]), f"{st['forward_s'] * 1e3:.2f}", f"{st['backward_s'] * 1e3:.2f}",
+                       f"{st['optimizer_s'] * 1e3:.2f}", f"{st['compute_s']:.4f}"]
+                      for label, st in _stage_groups(result["stages"])],
+                     ["stage", "layers", "fwd ms/mb", "bwd ms/mb", "optimizer ms", "compute s/step"])
     print(f"profile: {result.get('profile') or 'none (analytic models only)'}")
     for violation in result["violations"]:
         print(f"violation: {violation}")
     for warning in result.get("warnings", []):
         print(f"warning: {warning}")
+
+
+def _stage_groups(stages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Runs of consecutive stages with equal figures, labelled ``3`` or ``1-14``."""
+    groups: list[tuple[int, int, dict[str, Any]]] = []
+    for st in stages:
+        figures = {k: v for k, v in st.items() if k != "stage"}
+        if groups and groups[-1][2] == figures:
+            groups[-1] = (groups[-1][0], st["stage"], figures)
+        else:
+            groups.append((st["stage"], st["stage"], figures))
+    return [(str(a) if a == b else f"{a}-{b}", figures) for a, b, figures in groups]
 
 
 def cmd_predict(args: argparse.Namespace) -> int:

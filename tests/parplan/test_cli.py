@@ -158,3 +158,20 @@ def test_console_script_runs() -> None:
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["fits"] is True
+
+
+def test_predict_reports_compute_per_stage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = {"model": "llama3.1-405b", "seq_length": 8192, "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 128},
+           "strategy": {"tp": 8, "pp": 16, "micro_batch_size": 1, "global_batch_size": 32, "recompute": "full"}}
+    path = _write(tmp_path, run)
+    assert main(["predict", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    stages = out["stages"]
+    assert [st["stage"] for st in stages] == list(range(16))
+    assert [st["layers"] for st in stages] == out["pipeline_layers"] == [7] + [8] * 14 + [7]
+    for st in stages:  # per step: every micro-batch's forward and backward, and the optimizer step
+        assert st["compute_s"] == pytest.approx(32 * (st["forward_s"] + st["backward_s"]) + st["optimizer_s"])
+    assert stages[0]["compute_s"] < stages[1]["compute_s"] == stages[14]["compute_s"]
+    assert main(["predict", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "compute s/step" in table and "\n1-14 " in table
