@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from constraints.memory import BYTES_OPTIMIZER, model_state_bytes
+from constraints.memory import BYTES_OPTIMIZER, model_state_bytes, stage_layer_counts
 from costmodel.decompose import optimizer_op, stage_ops
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
@@ -46,13 +46,16 @@ def optimizer_params_on_gpu(run: RunSpec, stage: int) -> float:
 def stage_ops_key(run: RunSpec, stage: int) -> tuple[Any, ...]:
     """Everything ``stage_ops(run, stage)`` depends on: equal keys give equal operator lists.
 
-    The model, the sequence length, the strategy fields ``costmodel.decompose`` reads, and
-    whether the stage is the first or the last (a middle stage's index does not matter).
-    dp, the global batch, ZeRO and the overlap switches shape no operator.
+    The model, the sequence length, the strategy fields ``costmodel.decompose``
+    reads, the stage's (dense, MoE) layer counts, and whether it is the first or
+    the last stage (a middle stage's index does not matter). dp, the global
+    batch, ZeRO and the overlap switches shape no operator; pp and vpp only
+    through the layer counts.
     """
     s = run.strategy
-    return (run.model, run.seq_length, s.tp, s.cp, s.ep, s.pp, s.micro_batch_size, s.sequence_parallel,
-            s.recompute, s.precision, s.flash_attention, stage == 0, stage == s.pp - 1)
+    return (run.model, run.seq_length, s.tp, s.cp, s.ep, s.micro_batch_size, s.sequence_parallel,
+            s.recompute, s.precision, s.flash_attention, stage_layer_counts(run.model, s, stage),
+            stage == 0, stage == s.pp - 1)
 
 
 def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer) -> StageCompute:

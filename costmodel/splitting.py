@@ -12,13 +12,17 @@ and time grows with work. Sequence length is never split: attention's work
 grows with its square.
 
 Used by ``costmodel.timing`` before it falls back to the roofline; the op's
-notes say when a time was composed this way.
+notes say when a time was composed this way. A dimension counts as inside the
+table as the predictors' own range check has it (``RANGE_MARGIN``: a quarter
+beyond the sampled edges); only dimensions past that are split.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+
+from costmodel.predictors import RANGE_MARGIN
 
 Range = Mapping[str, tuple[float, float]]
 
@@ -35,9 +39,9 @@ def gemm_pieces(shape: Sequence[int], ranges: Range) -> tuple[float, tuple[int, 
     counts = []
     for value, name in zip(shape, GEMM_COLUMNS, strict=True):
         low, high = ranges[name]
-        if value < low:
+        if value < low / RANGE_MARGIN:
             return None
-        counts.append(max(1, math.ceil(value / high)))
+        counts.append(1 if value <= high * RANGE_MARGIN else math.ceil(value / high))
     if counts == [1, 1, 1]:
         return None
     piece = tuple(math.ceil(value / count) for value, count in zip(shape, counts, strict=True))
@@ -55,10 +59,15 @@ def attention_pieces(shape: Sequence[int], ranges: Range) -> tuple[float, tuple[
     """
     batch, seq, heads, kv_heads = (int(v) for v in shape[:4])
     low_seq, high_seq = ranges["seq_len"]
-    if not low_seq <= seq <= high_seq:
+    if not low_seq / RANGE_MARGIN <= seq <= high_seq * RANGE_MARGIN:
         return None
-    batch_pieces = max(math.ceil(batch / ranges["batch"][1]), math.ceil(batch * seq / ranges["tokens"][1]), 1)
-    head_pieces = max(math.ceil(heads / ranges["num_heads"][1]), math.ceil(kv_heads / ranges["num_kv_heads"][1]), 1)
+
+    def pieces(value: float, name: str) -> int:
+        high = ranges[name][1]
+        return 1 if value <= high * RANGE_MARGIN else math.ceil(value / high)
+
+    batch_pieces = max(pieces(batch, "batch"), pieces(batch * seq, "tokens"))
+    head_pieces = max(pieces(heads, "num_heads"), pieces(kv_heads, "num_kv_heads"))
     if batch_pieces == head_pieces == 1:
         return None
     piece = (math.ceil(batch / batch_pieces), seq, math.ceil(heads / head_pieces),

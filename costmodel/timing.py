@@ -138,8 +138,11 @@ class OperatorTimer:
             self._comm_memo[key] = hit
         return hit
 
-    def _attention_splits(self, shapes: np.ndarray, in_range: np.ndarray) -> dict[int, tuple[float, str]]:
-        """Out-of-range attention shapes timed as equal in-range pieces over batch and heads, by index."""
+    def _attention_splits(self, shapes: np.ndarray, in_range: np.ndarray) -> dict[int, tuple[float, str, int]]:
+        """Out-of-range attention shapes timed as in-range pieces over batch and heads, by index.
+
+        Each entry: seconds, note, and the piece's (batch x heads) pairs.
+        """
         sampled = getattr(self.predictors, "sampled_range", None)
         if sampled is None or bool(np.all(in_range)):
             return {}
@@ -153,7 +156,8 @@ class OperatorTimer:
         seconds, ok = self.predictors.predict_attention_fwd(*pieces.T)
         return {int(index): (scale * float(sec),
                              f"attention (batch, seq, heads, kv_heads, head_dim)={tuple(int(v) for v in shapes[index])} "
-                             f"lies beyond the attention table's range: timed as {scale:.3g} x the in-range piece {piece}")
+                             f"lies beyond the attention table's range: timed as {scale:.3g} x the in-range piece {piece}",
+                             int(piece[0] * piece[2]))
                 for (index, (scale, piece)), sec, inside in zip(plans.items(), seconds, ok) if inside}
 
     def _attention_level(self) -> np.ndarray | None:
@@ -318,8 +322,9 @@ class OperatorTimer:
         level = self._attention_level()
         for index, (op, sec, ok, d, d_ref) in enumerate(zip(ops, seconds, in_range, head_dim, shapes[:, 4])):
             notes: tuple[str, ...] = ()
+            pairs = op.shape[0] * op.shape[2]  # (batch, head) pairs of what the table timed
             if not ok and index in split:
-                sec, piece_note = split[index]
+                sec, piece_note, pairs = split[index]
                 ok, notes = True, (piece_note,)
             if not ok:
                 note = (f"attention (batch, seq, heads, kv_heads, head_dim)={op.shape[:5]} lies outside the "
@@ -332,7 +337,7 @@ class OperatorTimer:
             if level is not None:
                 notes += (NOTE_FA2_LEVEL,)
                 sec = (sec * fa2_level_factor(self.predictors.profile.device, level, op.shape[1])
-                       * float(fa2_parallelism_factor(op.shape[0] * op.shape[2])))
+                       * float(fa2_parallelism_factor(pairs)))
             if d != d_ref:
                 notes += (NOTE_HEAD_DIM,)
                 sec = sec * attention_head_dim_time_factor(d, d_ref)

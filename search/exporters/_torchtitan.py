@@ -11,6 +11,27 @@ from search.space import SearchProblem
 RESHARD = {2: "never", 3: "always"}
 
 
+def model_parts(num_layers: int, pp: int, vpp: int) -> list[list[str]]:
+    """torchtitan's ``module_fqns_per_model_part``: the modules of each of the ``pp * vpp`` model chunks.
+
+    The layers follow ``pipeline_layers`` (chunk ``i`` runs on rank ``i % pp``); the
+    embedding joins the first chunk and the final norm and output the last. Spelled out,
+    so that torchtitan's own split (which weighs the embedding and output as layers,
+    ``pipeline_parallel_{first,last}_stage_less_layers``) cannot differ from the one predicted.
+    """
+    split = pipeline_layers(num_layers, pp, vpp)
+    if split is None:
+        raise ValueError(f"num_layers={num_layers} has no supported split over pp={pp}, vpp={vpp}")
+    sizes = [count // vpp for count in split for _ in range(vpp)] if vpp > 1 else list(split)
+    parts, start = [], 0
+    for size in sizes:
+        parts.append([f"layers.{i}" for i in range(start, start + size)])
+        start += size
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "output"]
+    return parts
+
+
 class TorchtitanExporter(Exporter):
     """``torchtitan.toml``, merged into a torchtitan train config (``--job.config_file``)."""
 
@@ -60,13 +81,10 @@ class TorchtitanExporter(Exporter):
             f"context_parallel_degree = {s.cp}",
             f"expert_parallel_degree = {s.ep}",
         ]
-        split = pipeline_layers(problem.model.num_layers, s.pp, s.vpp)
-        if s.pp > 1 and split is not None and len(set(split)) > 1:
-            # uneven: name the first layer of every stage after the first
-            starts = [sum(split[:stage]) for stage in range(1, s.pp)]
-            lines.append("pipeline_parallel_split_points = [" + ", ".join(f'"layers.{i}"' for i in starts) + "]")
-        elif s.pp > 1:
-            lines.append(f"pipeline_parallel_layers_per_stage = {problem.model.num_layers // (s.pp * s.vpp)}")
+        if s.pp > 1:
+            parts = model_parts(problem.model.num_layers, s.pp, s.vpp)
+            lines.append("module_fqns_per_model_part = [" + ", ".join(
+                "[" + ", ".join(f'"{name}"' for name in part) + "]" for part in parts) + "]")
         lines += ["", "[activation_checkpoint]", f'mode = "{s.recompute}"']
         if s.recompute == "selective":
             lines.append('selective_ac_option = "op"')

@@ -127,3 +127,14 @@ def test_stage_ops_key_changes_with_every_shaping_knob(knob):
     other = _with(run, **{knob: _SHAPING[knob]})
     assert stage_ops_key(other, 1) != stage_ops_key(run, 1)
     assert stage_ops(other, 1) != stage_ops(run, 1)
+
+
+def test_stage_ops_key_tells_an_uneven_split_from_an_unsupported_one():
+    # 126 layers on pp 16: vpp 1 splits 7, 14 x 8, 7; vpp 2 has no split (the rules reject it, a report
+    # still times it at 126 / 16 layers per stage): the keys must differ, or a shared memo mixes them up.
+    from costmodel.compute import stage_ops_key
+
+    run = _run("llama3.1-405b", 8, 16, 1, 1, 8192)
+    other = _with(run, vpp=2)
+    assert stage_ops_key(other, 0) != stage_ops_key(run, 0)
+    assert stage_ops(other, 0) != stage_ops(run, 0)

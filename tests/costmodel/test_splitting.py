@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from costmodel.predictors import RANGE_MARGIN
 from costmodel.splitting import attention_pieces, gemm_pieces
 
 GEMM_RANGE = {"m": (1.0, 32768.0), "n": (32.0, 65536.0), "k": (32.0, 65536.0)}
@@ -32,16 +33,25 @@ def test_llama3_lm_head_splits_its_vocabulary():
 @given(m=st.integers(1, 10**6), n=st.integers(32, 10**6), k=st.integers(32, 10**6))
 def test_gemm_pieces_lie_in_range_and_carry_the_work(m, n, k):
     plan = gemm_pieces((m, n, k), GEMM_RANGE)
-    if plan is None:
-        assert m <= 32768 and n <= 65536 and k <= 65536
+    if plan is None:  # already inside the predictors' range check (a quarter beyond the sampled edge)
+        assert m <= 32768 * RANGE_MARGIN and n <= 65536 * RANGE_MARGIN and k <= 65536 * RANGE_MARGIN
         return
     scale, piece = plan
     for value, size, name in zip((m, n, k), piece, "mnk", strict=True):
         low, high = GEMM_RANGE[name]
-        assert low <= size <= high
-        assert size >= min(value, high / 2)  # big enough to fill the GPU
+        assert low / RANGE_MARGIN <= size <= high * RANGE_MARGIN
+        if value > high * RANGE_MARGIN:  # split: at most the table's largest, at least half of it
+            assert high / 2 <= size <= high
+        else:
+            assert size == value
     assert scale == pytest.approx(m * n * k / math.prod(piece))
     assert scale >= 1.0
+
+
+def test_a_dimension_within_the_range_margin_is_not_split():
+    # m 40000 lies within 32768 x 1.25 and n 30 within 32 / 1.25: only k, past 65536 x 1.25, is split
+    scale, piece = gemm_pieces((40000, 30, 100000), GEMM_RANGE)
+    assert piece == (40000, 30, 50000) and scale == pytest.approx(2.0)
 
 
 def test_attention_splits_heads_and_batch_but_never_the_sequence():
@@ -50,4 +60,5 @@ def test_attention_splits_heads_and_batch_but_never_the_sequence():
     scale, piece = attention_pieces((64, 8192, 8, 8, 128), ATTENTION_RANGE)  # tokens 524288 > 262144
     assert piece == (32, 8192, 8, 8, 128) and scale == pytest.approx(2.0)
     assert attention_pieces((1, 32768, 128, 8, 128), ATTENTION_RANGE) is None
+    assert attention_pieces((1, 18000, 128, 8, 128), ATTENTION_RANGE)[1] == (1, 18000, 64, 4, 128)  # seq in margin
     assert attention_pieces((2, 4096, 32, 8, 128), ATTENTION_RANGE) is None  # in range

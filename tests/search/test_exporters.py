@@ -94,12 +94,14 @@ def read_torchtitan(text: str, problem: Any) -> dict[str, Any]:
     par, train = c["parallelism"], c["training"]
     shard, rep = par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]
     zero = 0 if shard == 1 and rep > 1 else {"never": 2, "always": 3}[par["fsdp_reshard_after_forward"]]
-    layers = par.get("pipeline_parallel_layers_per_stage")
+    parts = par.get("module_fqns_per_model_part")
     pp = par["pipeline_parallel_degree"]
+    layers = [name for part in parts or [] for name in part if name.startswith("layers.")]
+    assert layers == [f"layers.{i}" for i in range(problem.model.num_layers)] or parts is None  # each layer once
     fp8 = "float8" in c.get("model", {}).get("converters", [])
     return {"tp": par["tensor_parallel_degree"], "pp": pp, "cp": par["context_parallel_degree"],
             "ep": par["expert_parallel_degree"], "dp": shard * rep,
-            "vpp": 1 if layers is None else problem.model.num_layers // (pp * layers),
+            "vpp": 1 if parts is None else len(parts) // pp,
             "micro_batch_size": par["pipeline_parallel_microbatch_size"],
             "global_batch_size": train["global_batch_size"], "sequence_parallel": par["tensor_parallel_degree"] > 1,
             "recompute": c["activation_checkpoint"]["mode"], "zero_stage": zero,
@@ -177,7 +179,8 @@ def test_uneven_pipeline_split_is_spelled_in_each_framework(tmp_path: Path) -> N
     nemo = yaml.safe_load(EXPORTERS["nemo"].write(strategy, problem, tmp_path / "n").read_text())["model"]
     assert (nemo["num_layers_in_first_pipeline_stage"], nemo["num_layers_in_last_pipeline_stage"]) == (7, 7)
     titan = tomllib.loads(EXPORTERS["torchtitan"].write(strategy, problem, tmp_path / "t").read_text())["parallelism"]
-    assert titan["pipeline_parallel_split_points"] == [f"layers.{7 + 8 * i}" for i in range(15)]
-    assert "pipeline_parallel_layers_per_stage" not in titan
+    parts = titan["module_fqns_per_model_part"]
+    assert [sum(name.startswith("layers.") for name in part) for part in parts] == [7] + [8] * 14 + [7]
+    assert parts[0][:2] == ["tok_embeddings", "layers.0"] and parts[-1][-3:] == ["layers.125", "norm", "output"]
     even, even_strategy = STRATEGIES["ddp-no-sp"]
     assert "--decoder-first" not in EXPORTERS["megatron"].write(even_strategy, even, tmp_path / "e").read_text()
