@@ -58,20 +58,40 @@ def _best(evaluations: list[Evaluation]) -> Evaluation | None:
     return min(feasible, key=lambda e: e.step_time_s, default=None)  # type: ignore[arg-type, return-value]
 
 
+def regime(strategy: Strategy) -> tuple[bool, bool]:
+    """The basin a strategy sits in: pipelined or not, parameters sharded (ZeRO-3) or not.
+
+    Moving between basins takes several coupled changes (pp 16 -> 1 needs ZeRO-3 and
+    more recomputation to fit), which a one-move climb rarely makes.
+    """
+    return strategy.pp > 1, strategy.zero_stage == 3
+
+
 def polish(study: Any, optimize: Callable[[int], None], space: StrategySpace, evaluator: Evaluator,
            total: int) -> None:
-    """Climb from the study's best until no neighbour improves or the study holds ``total`` trials.
+    """Climb from the study's best; with trials left, from the best of each other ``regime`` in turn.
 
-    Only this study's trials count as tried (the evaluator's memo may hold
-    strategies other searches evaluated).
+    A climb moves to the best neighbour until none improves. Only this study's
+    trials count as tried (the evaluator's memo may hold strategies other
+    searches evaluated).
     """
     def tried() -> dict[Strategy, Evaluation]:
         return {e.strategy: e for e in (evaluator.evaluate(strategy_from_attrs(t.user_attrs, space))
                                         for t in study.get_trials(deepcopy=False) if "strategy" in t.user_attrs)}
 
+    climbed: set[tuple[bool, bool]] = set()
+    while len(study.trials) < total:
+        start = _best([e for e in tried().values() if regime(e.strategy) not in climbed])
+        if start is None:
+            return
+        climbed.add(regime(start.strategy))
+        _climb(study, optimize, space, evaluator, total, start, tried)
+
+
+def _climb(study: Any, optimize: Callable[[int], None], space: StrategySpace, evaluator: Evaluator, total: int,
+           current: Evaluation, tried: Callable[[], dict[Strategy, Evaluation]]) -> None:
     seen = tried()
-    current = _best(list(seen.values()))
-    while current is not None and len(study.trials) < total:
+    while len(study.trials) < total:
         fresh = [s for s in candidates(space, evaluator, current.strategy) if s not in seen]
         fresh = fresh[:total - len(study.trials)]
         if not fresh:

@@ -8,17 +8,19 @@ from typing import Any
 
 import optuna
 
-from search.objective import Evaluator, optuna_objective
+from search.objective import Evaluator, optuna_objective, strategy_from_attrs
 from search.samplers._optuna import OptunaSearcher
 from search.samplers._polish import polish
+from search.samplers._recipes import recipe_starts
 from search.space import StrategySpace
 
 
 class TPESearcher(OptunaSearcher):
     """Seeded multivariate TPE minimising step time, then a hill-climb from its best.
 
-    TPE runs ``1 - polish_fraction`` of the trials. The rest go to a hill-climb
-    from its best (``search.samplers._polish``), each neighbour an enqueued trial
+    TPE runs ``1 - polish_fraction`` of the trials. The rest go to the launch
+    recipes' strategies (``search.samplers._recipes``) and a hill-climb from the
+    best so far (``search.samplers._polish``), each neighbour an enqueued trial
     of the same study; trials left over go back to TPE.
 
     Parameters
@@ -52,5 +54,12 @@ class TPESearcher(OptunaSearcher):
                 study.optimize(objective, n_trials=n_trials, gc_after_trial=False)
 
         optimize(total - math.floor(total * self.polish_fraction) - len(study.trials))
+        # The recipes' basins, unless TPE already tried them: the climb starts from the best of all.
+        tried = {strategy_from_attrs(t.user_attrs, space) for t in study.get_trials(deepcopy=False)
+                 if "strategy" in t.user_attrs}
+        starts = [s for s in recipe_starts(space, evaluator) if s not in tried][:max(0, total - len(study.trials))]
+        for strategy in starts:
+            study.enqueue_trial(space.knobs_of(strategy), skip_if_exists=False)
+        optimize(len(starts))
         polish(study, optimize, space, evaluator, total)
         optimize(total - len(study.trials))
