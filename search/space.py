@@ -80,7 +80,38 @@ def _freeze(mapping: Mapping[str, Any] | Sequence[tuple[str, Any]] | None) -> tu
 
 
 @dataclass(frozen=True, kw_only=True)
-class SearchProblem:
+class SearchBounds:
+    """Upper bounds of the searched degrees (shared by ``SearchProblem`` and a study's settings).
+
+    ``None`` means only the divisibility rules bound the knob. ``max_cp``,
+    ``max_vpp`` and ``max_micro_batch_size`` default to 16, 8 and 8 to keep
+    exhaustive sweeps tractable (each bound cuts the space multiplicatively).
+    """
+
+    max_tp: int | None = None
+    max_pp: int | None = None
+    max_cp: int | None = 16
+    max_ep: int | None = None
+    max_vpp: int | None = 8
+    max_micro_batch_size: int | None = 8
+
+    @property
+    def bounds(self) -> dict[str, int | None]:
+        """The bounds by name (``max_tp`` ... ``max_micro_batch_size``)."""
+        return {name: getattr(self, name) for name in BOUND_NAMES}
+
+    def check_bounds(self, prefix: str = "") -> None:
+        """Raise ``SpecError`` for a bound that is neither ``None`` nor an integer."""
+        for name in BOUND_NAMES:
+            if getattr(self, name) is not None:
+                require_int(prefix + name, getattr(self, name))
+
+
+BOUND_NAMES: tuple[str, ...] = tuple(f.name for f in fields(SearchBounds))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchProblem(SearchBounds):
     """What to search: a model on ``num_gpus`` GPUs of one kind, and the bounds of the search.
 
     Parameters
@@ -100,10 +131,8 @@ class SearchProblem:
     allowed : mapping of knob to values
         Knobs restricted to a set of values (``--allow recompute=none,selective``).
     max_tp, max_pp, max_cp, max_ep, max_vpp, max_micro_batch_size : int, optional
-        Upper bounds; ``None`` means only the divisibility rules bound the knob.
-        ``max_cp``, ``max_vpp`` and ``max_micro_batch_size`` default to 16, 8 and 8
-        to keep exhaustive sweeps tractable (each bound cuts the space multiplicatively);
-        raise them (``--max-cp`` ...) for long sequences or small models.
+        Upper bounds (:class:`SearchBounds`); raise them (``--max-cp`` ...) for
+        long sequences or small models.
     """
 
     model: ModelSpec
@@ -114,12 +143,6 @@ class SearchProblem:
     gpus_per_node: int | None = None
     fixed: tuple[tuple[str, Any], ...] = ()
     allowed: tuple[tuple[str, tuple[Any, ...]], ...] = ()
-    max_tp: int | None = None
-    max_pp: int | None = None
-    max_cp: int | None = 16
-    max_ep: int | None = None
-    max_vpp: int | None = 8
-    max_micro_batch_size: int | None = 8
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "global_batch_size", "seq_length"):
@@ -134,9 +157,7 @@ class SearchProblem:
                 raise SpecError("allow", knob, "a knob (" + ", ".join(KNOBS) + ")")
             if not values:
                 raise SpecError(f"allow.{knob}", values, "at least one value")
-        for name in ("max_tp", "max_pp", "max_cp", "max_ep", "max_vpp", "max_micro_batch_size"):
-            if getattr(self, name) is not None:
-                require_int(name, getattr(self, name))
+        self.check_bounds()
         self.cluster  # noqa: B018 - validates the GPU count (whole nodes) early
 
     @cached_property

@@ -37,16 +37,13 @@ from costmodel.specs.model import ModelSpec, model_from_mapping
 from costmodel.specs.runspec import read_structured_file
 from search.objective import OBJECTIVES
 from search.samplers import SAMPLERS
-from search.space import KNOBS, parse_knob_value
+from search.space import BOUND_NAMES, KNOBS, SearchBounds, parse_knob_value
 
 # Llama 3 trained 405B with an initial batch of 4M tokens (Dubey et al. 2024, arXiv:2407.21783, section 3.4.1).
 DEFAULT_TOKENS_PER_STEP = 4 * 1024**2
-BOUNDS = ("max_tp", "max_pp", "max_cp", "max_ep", "max_vpp", "max_micro_batch_size")
-_BOUND_DEFAULTS: dict[str, int | None] = {"max_tp": None, "max_pp": None, "max_cp": 16, "max_ep": None,
-                                          "max_vpp": 8, "max_micro_batch_size": 8}
 STUDY_KEYS = frozenset({"name", "description", "models", "gpus", "gpu_counts", "gpus_per_node", "batch",
                         "seq_length", "search", "outputs"})
-SEARCH_KEYS = frozenset({"sampler", "objective", "trials", "seed", "fix", "allow", "profile", *BOUNDS})
+SEARCH_KEYS = frozenset({"sampler", "objective", "trials", "seed", "fix", "allow", "profile", *BOUND_NAMES})
 OUTPUT_KEYS = frozenset({"dir", "top_k"})
 BATCH_KEYS = frozenset({"global_batch_size", "tokens_per_step"})
 RANGE_KEYS = frozenset({"min", "max", "factor", "step"})
@@ -54,7 +51,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 @dataclass(frozen=True, kw_only=True)
-class SearchSettings:
+class SearchSettings(SearchBounds):
     """How every problem of a study is searched (the ``search:`` section).
 
     Parameters
@@ -72,7 +69,7 @@ class SearchSettings:
     profile : str, optional
         Absolute path of a user profile directory instead of each GPU's built-in one.
     max_tp, max_pp, max_cp, max_ep, max_vpp, max_micro_batch_size : int, optional
-        Bounds of the space, as in :class:`search.SearchProblem`.
+        Bounds of the space (:class:`search.space.SearchBounds`).
     """
 
     sampler: str = "tpe"
@@ -82,12 +79,6 @@ class SearchSettings:
     fixed: tuple[tuple[str, Any], ...] = ()
     allowed: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     profile: str | None = None
-    max_tp: int | None = None
-    max_pp: int | None = None
-    max_cp: int | None = 16
-    max_ep: int | None = None
-    max_vpp: int | None = 8
-    max_micro_batch_size: int | None = 8
 
     def __post_init__(self) -> None:
         require_choice("search.sampler", self.sampler, SAMPLERS)
@@ -95,16 +86,10 @@ class SearchSettings:
         if self.trials is not None:
             require_int("search.trials", self.trials)
         require_int("search.seed", self.seed, minimum=0)
-        for name in BOUNDS:
-            if getattr(self, name) is not None:
-                require_int(f"search.{name}", getattr(self, name))
+        self.check_bounds("search.")
         if self.sampler != "exhaustive" and (self.sampler == "nsga2") != (self.objective == "pareto"):
             raise SpecError("search.sampler", self.sampler,
                             "nsga2 or exhaustive for objective pareto, tpe or exhaustive for objective time")
-
-    @property
-    def bounds(self) -> dict[str, int | None]:
-        return {name: getattr(self, name) for name in BOUNDS}
 
     def to_dict(self) -> dict[str, Any]:
         return {"sampler": self.sampler, "objective": self.objective, "trials": self.trials, "seed": self.seed,
@@ -397,7 +382,7 @@ def _search(value: Any, base: Path) -> SearchSettings:
         if not isinstance(profile, str):
             raise SpecError("search.profile", profile, "a path to a profile directory")
         profile = str(_resolve(base, profile))
-    kwargs: dict[str, Any] = {name: data[name] for name in BOUNDS if name in data}
+    kwargs: dict[str, Any] = {name: data[name] for name in BOUND_NAMES if name in data}
     return SearchSettings(sampler=sampler, objective=objective, trials=data.get("trials"),
                           seed=data.get("seed", 0), fixed=_knob_values("search.fix", data.get("fix"), single=True),
                           allowed=_knob_values("search.allow", data.get("allow"), single=False),
