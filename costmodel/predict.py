@@ -9,6 +9,7 @@ from typing import Any
 from threadpoolctl import threadpool_limits
 
 from constraints import Verdict, check
+from constraints.memory import layers_per_stage
 from costmodel.calibration import step_time_interval
 from costmodel.specs.gpu import GiB, GPUSpec
 from costmodel.specs.runspec import RunSpec
@@ -64,7 +65,9 @@ def _predict_run(run: RunSpec, timer: OperatorTimer) -> dict[str, Any]:
         "breakdown": step.breakdown,
         "schedule": step.schedule,
         "pipeline_layers": list(pipeline_layers(run.model.num_layers, run.strategy.pp, run.strategy.vpp) or ()),
-        "stages": [dict(stage) for stage in step.stages],
+        "stages": [{**c.to_dict(run.strategy.num_microbatches), "stage": st,
+                    "layers": round(layers_per_stage(run.model, run.strategy, st))}
+                   for st, c in enumerate(step.stage_computes)],
         "warnings": list(step.notes),
     })
     interval = step_time_interval(step.step_time_s)

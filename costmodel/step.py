@@ -72,8 +72,8 @@ class StepPrediction:
     breakdown: dict[str, float]
     schedule: str
     notes: tuple[str, ...] = field(default=())
-    # Per pipeline rank: its layers and compute (``StageCompute.to_dict``), in stage order.
-    stages: tuple[dict[str, float | int], ...] = field(default=())
+    # Per pipeline rank, in stage order (middle ranks share one object).
+    stage_computes: tuple[StageCompute, ...] = field(default=())
 
 
 _COMM_MEMO: dict[int, tuple[OperatorTimer, dict[tuple[Any, ...], float]]] = {}
@@ -218,10 +218,8 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
         "other_s": m * k.overhead_s,
     }
     notes = tuple(sorted({n for t in stages for n in t.compute.notes}))
-    per_stage = tuple({**t.compute.to_dict(m), "stage": st, "layers": round(sum(stage_layer_counts(run.model, s, st)))}
-                      for st, t in enumerate(stages))
     return StepPrediction(step_time_s=sum(breakdown.values()), breakdown=breakdown, schedule=name, notes=notes,
-                          stages=per_stage)
+                          stage_computes=tuple(t.compute for t in stages))
 
 
 def throughput(run: RunSpec, step_time_s: float) -> dict[str, float]:

@@ -147,18 +147,13 @@ class OperatorTimer:
         if sampled is None or bool(np.all(in_range)):
             return {}
         ranges = sampled("attention_fwd")
-        plans = {index: plan for index in np.flatnonzero(~in_range)
+        plans = {int(index): plan for index in np.flatnonzero(~in_range)
                  if (plan := attention_pieces(tuple(int(v) for v in shapes[index]), ranges)) is not None}
-        if not plans:
-            return {}
         assert self.predictors is not None
-        pieces = np.array([piece for _, piece in plans.values()], dtype=float)
-        seconds, ok = self.predictors.predict_attention_fwd(*pieces.T)
-        return {int(index): (scale * float(sec),
-                             f"attention (batch, seq, heads, kv_heads, head_dim)={tuple(int(v) for v in shapes[index])} "
+        return {index: (sec, f"attention (batch, seq, heads, kv_heads, head_dim)={tuple(int(v) for v in shapes[index])} "
                              f"lies beyond the attention table's range: timed as {scale:.3g} x the in-range piece {piece}",
-                             int(piece[0] * piece[2]))
-                for (index, (scale, piece)), sec, inside in zip(plans.items(), seconds, ok) if inside}
+                        int(piece[0] * piece[2]))
+                for index, (sec, scale, piece) in _timed_pieces(plans, self.predictors.predict_attention_fwd).items()}
 
     def _attention_level(self) -> np.ndarray | None:
         """FA2-level factors of a built-in profile listed in ``FA2_LEVEL_DEVICES``, else None (memoised)."""
@@ -285,18 +280,12 @@ class OperatorTimer:
                 options = [plan for plan in (gemm_pieces((m, n, k), ranges), gemm_pieces((n, m, k), ranges)) if plan]
                 if options:
                     plans[index] = min(options, key=lambda plan: plan[0])
-        if not plans:
-            return {}
         assert self.predictors is not None
-        shapes = np.array([piece for _, piece in plans.values()], dtype=float)
-        seconds, ok = self.predictors.predict_gemm(*shapes.T, table_dtype)
-        out = {}
-        for (index, (scale, piece)), sec, inside in zip(plans.items(), seconds, ok):
-            if inside:
-                out[index] = (scale * float(sec),
-                              f"{group[index].name.split('.')[0]} GEMM (m, n, k)={group[index].shape} lies beyond the "
-                              f"{family} table's range: timed as {scale:.3g} x the in-range piece (m, n, k)={piece}")
-        return out
+        predictors = self.predictors
+        return {index: (sec, f"{group[index].name.split('.')[0]} GEMM (m, n, k)={group[index].shape} lies beyond the "
+                             f"{family} table's range: timed as {scale:.3g} x the in-range piece (m, n, k)={piece}")
+                for index, (sec, scale, piece) in _timed_pieces(
+                    plans, lambda *columns: predictors.predict_gemm(*columns, table_dtype)).items()}
 
     def _fill_attention(self, ops: list[Op]) -> None:
         if not ops:
@@ -348,3 +337,17 @@ class OperatorTimer:
                 notes += (NOTE_ATTENTION_BWD,)
                 sec = sec * attention_backward_ratio(op.shape[1], op.shape[4])
             self._memo[self._key(op)] = (float(sec), SOURCE_PROFILE, notes)
+
+
+def _timed_pieces(plans: dict[int, tuple[float, tuple[int, ...]]],
+                  predict: Any) -> dict[int, tuple[float, float, tuple[int, ...]]]:
+    """``{index: (scale x piece seconds, scale, piece)}`` for the plans whose piece the table covers.
+
+    ``plans`` maps an op index to ``(scale, piece shape)`` (``costmodel.splitting``);
+    ``predict(*columns) -> (seconds, in_range)`` times every piece in one batch.
+    """
+    if not plans:
+        return {}
+    seconds, inside = predict(*np.array([piece for _, piece in plans.values()], dtype=float).T)
+    return {index: (scale * float(sec), scale, piece)
+            for (index, (scale, piece)), sec, ok in zip(plans.items(), seconds, inside) if ok}

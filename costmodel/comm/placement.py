@@ -108,26 +108,13 @@ def _parse_order(order: str) -> tuple[str, ...]:
     return tokens
 
 
-@dataclass(frozen=True)
-class _Layout:
-    """The degrees ``_group_ranks`` reads."""
+def _group_ranks(kind: str, sizes: dict[str, int], ep: int, order: tuple[str, ...]) -> np.ndarray:
+    """Every group of ``kind`` as a row of ascending global ranks, shape (groups, size).
 
-    tp: int
-    cp: int
-    dp: int
-    pp: int
-    ep: int
-
-    @property
-    def world_size(self) -> int:
-        return self.tp * self.cp * self.dp * self.pp
-
-
-def _group_ranks(kind: str, strategy: Strategy | _Layout, order: tuple[str, ...]) -> np.ndarray:
-    """Every group of ``kind`` as a row of ascending global ranks, shape (groups, size)."""
-    sizes = {"tp": strategy.tp, "cp": strategy.cp, "dp": strategy.dp, "pp": strategy.pp}
+    ``sizes`` holds the tp, cp, dp and pp degrees; ``ep`` matters for the expert groups only.
+    """
     outer_first = order[::-1]
-    grid = np.arange(strategy.world_size).reshape([sizes[d] for d in outer_first])
+    grid = np.arange(int(np.prod(list(sizes.values())))).reshape([sizes[d] for d in outer_first])
     members = {"tp": ("tp",), "cp": ("cp",), "dp": ("dp",), "pp": ("pp",)}.get(kind, ("cp", "dp"))
     group_axes = [i for i, d in enumerate(outer_first) if d in members]
     other_axes = [i for i in range(len(outer_first)) if i not in group_axes]
@@ -136,7 +123,6 @@ def _group_ranks(kind: str, strategy: Strategy | _Layout, order: tuple[str, ...]
     rows = grid.transpose(other_axes + group_axes).reshape(-1, size)
     if kind in ("dp_cp", "tp", "cp", "dp", "pp"):
         return rows
-    ep = strategy.ep
     if size % ep:
         raise SpecError("strategy.ep", ep, f"a divisor of dp * cp = {size}")
     blocks = rows.reshape(rows.shape[0], size // ep, ep)
@@ -193,8 +179,7 @@ def group_placement(kind: str, strategy: Strategy, cluster: ClusterSpec,
 def _layout_placement(kind: str, layout: tuple[int, int, int, int, int], cluster: ClusterSpec,
                       order: str) -> GroupPlacement:
     tp, cp, dp, pp, ep = layout
-    grid = _Layout(tp=tp, cp=cp, dp=dp, pp=pp, ep=ep)
-    rows = _group_ranks(kind, grid, _parse_order(order))
+    rows = _group_ranks(kind, {"tp": tp, "cp": cp, "dp": dp, "pp": pp}, ep, _parse_order(order))
     fewest, domains = _worst_spread(rows, scale_up_domain_size(cluster))
     return GroupPlacement(kind=kind, size=rows.shape[1], gpus_per_node=fewest, num_domains=domains,
                           crosses_nodes=domains > 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
 from typing import Any
 
 from costmodel.specs.errors import SpecError, require_bool, require_choice, require_int
@@ -87,6 +88,7 @@ class Strategy:
 STRATEGY_KEYS = frozenset(f.name for f in fields(Strategy))
 
 
+@lru_cache(maxsize=4096)  # the memory model, decomposition and step time ask once per stage
 def pipeline_layers(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, ...] | None:
     """Transformer layers each pipeline rank holds (all its virtual chunks), or None if unsupported.
 
@@ -113,3 +115,11 @@ def pipeline_layers(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, ...] |
     if first < 1 or last < 1:
         return None
     return (first, *(base,) * (pp - 2), last)
+
+
+def uneven_ends(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, int] | None:
+    """(first, last) stage layers of an uneven ``pipeline_layers`` split; None when even or unsupported."""
+    split = pipeline_layers(num_layers, pp, vpp)
+    if split is None or len(set(split)) == 1:
+        return None
+    return split[0], split[-1]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from costmodel.specs.model import ModelSpec
-from costmodel.specs.strategy import Strategy, pipeline_layers
+from costmodel.specs.strategy import Strategy, uneven_ends
 from search.exporters._base import Exporter, header
 from search.space import SearchProblem
 
@@ -25,10 +25,10 @@ def strategy_args(strategy: Strategy, model: ModelSpec) -> list[list[str]]:
     ]
     if s.vpp > 1:
         args.append(["--num-layers-per-virtual-pipeline-stage", str(model.num_layers // (s.pp * s.vpp))])
-    split = pipeline_layers(model.num_layers, s.pp, s.vpp)
-    if split is not None and len(set(split)) > 1:  # uneven: fewer layers on the first and last stage
-        args.append(["--decoder-first-pipeline-num-layers", str(split[0])])
-        args.append(["--decoder-last-pipeline-num-layers", str(split[-1])])
+    ends = uneven_ends(model.num_layers, s.pp, s.vpp)
+    if ends is not None:  # fewer layers on the first and last stage
+        args.append(["--decoder-first-pipeline-num-layers", str(ends[0])])
+        args.append(["--decoder-last-pipeline-num-layers", str(ends[1])])
     if s.sequence_parallel:
         args.append(["--sequence-parallel"])
     if s.recompute != "none":

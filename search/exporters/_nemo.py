@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from costmodel.specs.strategy import Strategy, pipeline_layers
+from costmodel.specs.strategy import Strategy, uneven_ends
 from search.exporters._base import Exporter, header
 from search.exporters._megatron import FSDP_SHARDING
 from search.space import SearchProblem
@@ -39,10 +39,9 @@ class NeMoExporter(Exporter):
         }
         if s.recompute == "full":
             model.update({"recompute_method": "uniform", "recompute_num_layers": 1})
-        split = pipeline_layers(problem.model.num_layers, s.pp, s.vpp)
-        if split is not None and len(set(split)) > 1:  # uneven: fewer layers on the first and last stage
-            model.update({"num_layers_in_first_pipeline_stage": split[0],
-                          "num_layers_in_last_pipeline_stage": split[-1]})
+        ends = uneven_ends(problem.model.num_layers, s.pp, s.vpp)
+        if ends is not None:  # fewer layers on the first and last stage
+            model.update({"num_layers_in_first_pipeline_stage": ends[0], "num_layers_in_last_pipeline_stage": ends[1]})
         ddp: dict[str, Any] = {
             "use_distributed_optimizer": s.zero_stage >= 1,
             "overlap_grad_reduce": s.overlap_grad_reduce,
