@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -163,10 +164,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
+        return code
     except SpecError as exc:
         sys.stderr.write(f"parplan: error: {exc}\n")
         return EXIT_USAGE
+    except BrokenPipeError:  # the reader left early (`parplan search ... | head`): not an error
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the closed stream until exit
+        return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -175,3 +175,13 @@ def test_predict_reports_compute_per_stage(tmp_path: Path, capsys: pytest.Captur
     assert main(["predict", str(path)]) == 0
     table = capsys.readouterr().out
     assert "compute s/step" in table and "\n1-14 " in table
+
+
+def test_output_piped_into_a_reader_that_stops_early_is_not_an_error(tmp_path: Path) -> None:
+    run = {"model": "llama3.1-8b", "seq_length": 4096, "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 8},
+           "strategy": {"tp": 1, "micro_batch_size": 1, "global_batch_size": 64, "zero_stage": 3}}
+    path = _write(tmp_path, run)
+    piped = subprocess.run(f"{sys.executable} -m parplan.cli predict {path} | head -1", shell=True,
+                           capture_output=True, text=True, check=False)
+    assert piped.returncode == 0 and piped.stdout.startswith("Run ")
+    assert "BrokenPipeError" not in piped.stderr and "Traceback" not in piped.stderr
