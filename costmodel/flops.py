@@ -1,6 +1,6 @@
 """Closed-form FLOP counts of a training step (one place for every FLOP formula).
 
-Model FLOPs follow the contract (shared/spec/run_spec.md): Narayanan et al. 2021
+Model FLOPs follow the contract (docs/run_spec.md): Narayanan et al. 2021
 (arXiv 2104.04473) Eq. 3 without the recomputation forward,
 ``72 B s l h^2 (1 + s/(6h) + V/(12 l h))``, generalised term by term: per token and
 layer ``6 x`` the active matmul parameters (GQA widths, SwiGLU's third matrix, top-k

@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pred = sub.add_parser("predict", help="predict memory (and time) of one run spec",
                           description="Predict per-GPU memory, legality and (when the cost model provides it) "
-                                      "step time of one run spec (YAML or JSON, see shared/spec/run_spec.md).")
+                                      "step time of one run spec (YAML or JSON, see docs/run_spec.md in the repository).")
     pred.add_argument("run_spec", help="path to a run spec (.yaml, .yml or .json)")
     pred.add_argument("--json", action="store_true", help="print only the contract JSON")
     pred.add_argument("--profile", metavar="DIR", default=None,

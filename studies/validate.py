@@ -1,7 +1,7 @@
 """Validation: predict published runs and compare with their measured step times.
 
 A validation file is a YAML list of ``{id, source, unstated, framework, run,
-measured: {step_time_s, how}}`` (shared/spec/run_spec.md). Runs that cannot be
+measured: {step_time_s, how}}`` (docs/run_spec.md). Runs that cannot be
 predicted are listed with their reason and left out of the MAPE, never dropped.
 """
 

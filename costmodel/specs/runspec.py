@@ -1,4 +1,4 @@
-"""Run specs: a model, a cluster and a strategy (see shared/spec/run_spec.md)."""
+"""Run specs: a model, a cluster and a strategy (contract: docs/run_spec.md)."""
 
 from __future__ import annotations
 
