@@ -1,0 +1,169 @@
+"""The training framework a run launches under, as data (one YAML file per framework).
+
+The same strategy runs differently under Megatron-Core, NeMo, torchtitan,
+DeepSpeed and MaxText: gradient dtype, FP8 weight caches, FSDP prefetch, MoE
+dispatcher, and which combinations they refuse. Each behaviour is one field of
+``Framework``; its value for each framework, with the source file and argument
+it was read from, lives in ``costmodel/catalog/frameworks/<name>.yaml``. A file
+may ``inherit`` another and change only some fields (NeMo from Megatron-Core).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from costmodel.specs.errors import SpecError, reject_unknown_keys, require_bool, require_choice, require_int
+
+DEFAULT_FRAMEWORK = "megatron-core"
+FRAMEWORK_NAMES = ("megatron-core", "nemo", "megatron-bridge", "torchtitan", "deepspeed", "maxtext")
+DTYPES = ("fp32", "bf16")
+FSDP_IMPLEMENTATIONS = ("none", "megatron-fsdp", "fsdp2", "deepspeed-zero3", "gspmd")
+DISPATCHERS = ("alltoall", "allgather", "flex")
+# Megatron-Core ``--fp8-recipe`` names (TransformerConfig.fp8_recipe); "tensorwise" is per-tensor
+# current scaling. "rowwise" is torchao's float8 recipe (torchtitan), "aqt" MaxText's.
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise", "rowwise", "aqt")
+BYTES = {"fp32": 4, "bf16": 2}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Framework:
+    """Defaults and behaviours of one training framework (frozen; each value's source is in its file)."""
+
+    name: str
+    """Catalog name (``megatron-core``, ``nemo``, ...)."""
+    display_name: str
+    """Human name, printed by ``predict``."""
+    exporter: str
+    """The launcher exporter (``search/exporters``) that writes this framework's flags (``none``: no exporter)."""
+    tp_comm_overlap: bool = False
+    """Default of TP-communication overlap (Transformer Engine userbuffers): hides the TP
+    all-gather / reduce-scatter under the GEMM it is split with, at the cost of SMs and
+    userbuffer workspace. Megatron-Core ``ModelParallelConfig.tp_comm_overlap`` = False."""
+    grad_reduce_dtype: str = "fp32"
+    """dtype of the data-parallel gradient all-reduce / reduce-scatter: fp32 halves nothing but
+    keeps accumulation exact; bf16 halves the bytes on the wire. Megatron-LM: fp32 for bf16 runs
+    unless ``--grad-reduce-in-bf16`` (``accumulate_allreduce_grads_in_fp32``)."""
+    main_grad_dtype: str = "fp32"
+    """dtype of the gradients a rank keeps between backward and the optimizer step (bytes per
+    parameter in memory). Megatron DDP: fp32 ``main_grad`` in a contiguous buffer, bf16 with
+    ``--grad-reduce-in-bf16``."""
+    main_grad_follows_reduce_dtype: bool = True
+    """Whether the kept gradient takes the reduce dtype (Megatron DDP: the grad buffer *is* the
+    reduce buffer) rather than staying ``main_grad_dtype``."""
+    separate_master_weights: bool = True
+    """Whether the fp32 master weights are a copy beside the 16-bit weights (Megatron, DeepSpeed:
+    2 + 12 bytes/param) or are the sharded parameters themselves (FSDP2 and MaxText keep fp32
+    parameters and cast to bf16 per layer for compute: 4 + 8 bytes/param)."""
+    distributed_optimizer: bool = True
+    """Default of optimizer-state sharding over data-parallel ranks (ZeRO-1)."""
+    fsdp_implementation: str = "none"
+    """How parameters are sharded at ZeRO-3: none, megatron-fsdp, fsdp2, deepspeed-zero3, gspmd."""
+    fsdp_prefetch_layers: int = 1
+    """Layers whose parameters are all-gathered ahead of the one computing (the prefetch window);
+    each costs one unsharded layer of gather buffer."""
+    moe_token_dispatcher: str = "allgather"
+    """Default MoE token dispatcher (Megatron-Core ``moe_token_dispatcher_type``)."""
+    fp8_recipe: str = "delayed"
+    """Default FP8 scaling recipe (Megatron-Core ``TransformerConfig.fp8_recipe``)."""
+    fp8_weight_cache: bool = True
+    """Whether FP8 copies of the weights persist across micro-batches (Transformer Engine's weight
+    workspace, refreshed on the first micro-batch) rather than being cast per forward."""
+    zero_stages: tuple[int, ...] = (0, 1, 3)
+    """ZeRO stages the framework implements (1 = distributed optimizer, 3 = FSDP)."""
+    zero_stages_with_pp: tuple[int, ...] = (0, 1, 3)
+    """ZeRO stages it accepts together with pipeline parallelism (pp > 1)."""
+    supports_fp16: bool = True
+    """Whether fp16 (loss-scaled) training is supported."""
+    supports_tp_comm_overlap: bool = True
+    """Whether the framework implements userbuffer TP-comm overlap at all."""
+
+    def __post_init__(self) -> None:
+        where = f"framework {self.name}"
+        require_choice(f"{where}.grad_reduce_dtype", self.grad_reduce_dtype, DTYPES)
+        require_choice(f"{where}.main_grad_dtype", self.main_grad_dtype, DTYPES)
+        require_choice(f"{where}.fsdp_implementation", self.fsdp_implementation, FSDP_IMPLEMENTATIONS)
+        require_choice(f"{where}.moe_token_dispatcher", self.moe_token_dispatcher, DISPATCHERS)
+        require_choice(f"{where}.fp8_recipe", self.fp8_recipe, FP8_RECIPES)
+        require_int(f"{where}.fsdp_prefetch_layers", self.fsdp_prefetch_layers, minimum=0)
+        for name in ("tp_comm_overlap", "main_grad_follows_reduce_dtype", "separate_master_weights",
+                     "distributed_optimizer", "fp8_weight_cache", "supports_fp16", "supports_tp_comm_overlap"):
+            require_bool(f"{where}.{name}", getattr(self, name))
+        for name in ("zero_stages", "zero_stages_with_pp"):
+            stages = getattr(self, name)
+            if not isinstance(stages, tuple) or not set(stages) <= {0, 1, 2, 3}:
+                raise SpecError(f"{where}.{name}", stages, "a list of ZeRO stages among 0, 1, 2, 3")
+
+    @property
+    def grad_reduce_bytes(self) -> int:
+        """Bytes per gradient element on the data-parallel wire."""
+        return BYTES[self.grad_reduce_dtype]
+
+    @property
+    def main_grad_bytes(self) -> int:
+        """Bytes per parameter of the gradients kept until the optimizer step."""
+        return BYTES[self.grad_reduce_dtype if self.main_grad_follows_reduce_dtype else self.main_grad_dtype]
+
+
+FIELD_NAMES = frozenset(f.name for f in fields(Framework))
+_FILE_KEYS = FIELD_NAMES | {"inherits", "sources"}
+_TUPLE_FIELDS = ("zero_stages", "zero_stages_with_pp")
+
+
+def _read_file(name: str) -> dict[str, Any]:
+    path = resources.files("costmodel.catalog").joinpath("frameworks", f"{name}.yaml")
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):  # pragma: no cover - shipped file
+        raise RuntimeError(f"framework file {name}.yaml must be a mapping")
+    return data
+
+
+def _with_tuples(values: dict[str, Any]) -> dict[str, Any]:
+    out = dict(values)
+    for key in _TUPLE_FIELDS:
+        if isinstance(out.get(key), list):
+            out[key] = tuple(out[key])
+    return out
+
+
+@lru_cache(maxsize=None)
+def get_framework(name: str) -> Framework:
+    """Catalog framework ``name`` (its file, after what it inherits); the error lists the names."""
+    if name not in FRAMEWORK_NAMES:
+        raise SpecError("framework", name, "a known framework (" + ", ".join(FRAMEWORK_NAMES) + ")")
+    data = _read_file(name)
+    reject_unknown_keys(f"frameworks/{name}.yaml", data, _FILE_KEYS)
+    values = {k: v for k, v in data.items() if k in FIELD_NAMES}
+    parent = data.get("inherits")
+    if parent is not None:
+        return replace(get_framework(parent), name=name, **_with_tuples(values))
+    return Framework(name=name, **_with_tuples({k: v for k, v in values.items() if k != "name"}))
+
+
+def framework_sources(name: str) -> dict[str, str]:
+    """The ``sources`` mapping of a framework file (field -> where its value was read)."""
+    get_framework(name)
+    sources = _read_file(name).get("sources", {})
+    return dict(sources) if isinstance(sources, dict) else {}
+
+
+def resolve_framework(value: Any) -> Framework:
+    """The run spec's ``framework:``: a name, or ``{name: ..., <field>: <override>, ...}``."""
+    if value is None:
+        return get_framework(DEFAULT_FRAMEWORK)
+    if isinstance(value, str):
+        return get_framework(value)
+    if not isinstance(value, dict):
+        raise SpecError("framework", value, "a framework name or a mapping with name and field overrides")
+    overridable = FIELD_NAMES - {"name", "display_name", "exporter"}
+    reject_unknown_keys("framework", value, overridable | {"name"})
+    base = get_framework(str(value.get("name", DEFAULT_FRAMEWORK)))
+    overrides = {k: v for k, v in value.items() if k != "name"}
+    try:
+        return replace(base, **_with_tuples(overrides))
+    except SpecError as exc:  # name the run-spec field, not the catalog entry
+        raise SpecError("framework." + exc.field.split(".", 1)[-1], exc.value, exc.allowed) from None
