@@ -1,5 +1,9 @@
 """Legality rules a Megatron-style launch enforces, each a pure function of a run spec.
 
+The ``framework_*`` rules read the run's ``Framework`` (costmodel/specs/framework.py):
+combinations its implementation refuses are violations naming the framework, so the
+search never proposes them.
+
 Every rule returns ``None`` when the run obeys it, or a sentence that names the
 numbers. Add a rule by writing a function here and listing it in ``RULES``.
 """
@@ -129,6 +133,38 @@ def expert_parallel_fits(run: RunSpec) -> str | None:
     return None
 
 
+def framework_runs_zero_stage(run: RunSpec) -> str | None:
+    """The framework implements this ZeRO stage, also together with pipeline parallelism."""
+    fw, s = run.framework, run.strategy
+    if s.zero_stage not in fw.zero_stages:
+        return (f"zero_stage={s.zero_stage} is not offered by {fw.display_name} (framework {fw.name} runs "
+                f"ZeRO stages {', '.join(map(str, fw.zero_stages))})")
+    if s.pp > 1 and s.zero_stage not in fw.zero_stages_with_pp:
+        return (f"zero_stage={s.zero_stage} with pp={s.pp} is refused by {fw.display_name} (framework {fw.name} "
+                f"runs ZeRO stages {', '.join(map(str, fw.zero_stages_with_pp))} with pipeline parallelism)")
+    return None
+
+
+def framework_runs_precision(run: RunSpec) -> str | None:
+    fw = run.framework
+    if run.strategy.precision == "fp16" and not fw.supports_fp16:
+        return f"precision=fp16 is not supported by {fw.display_name} (framework {fw.name}: bf16 or fp8)"
+    return None
+
+
+def framework_runs_tp_comm_overlap(run: RunSpec) -> str | None:
+    """Userbuffer TP overlap exists in the framework and, as in Megatron-LM, needs sequence parallelism."""
+    fw, s = run.framework, run.strategy
+    if not s.tp_comm_overlap:
+        return None
+    if not fw.supports_tp_comm_overlap:
+        return f"tp_comm_overlap is not implemented by {fw.display_name} (framework {fw.name})"
+    # Megatron-LM arguments.py: assert args.sequence_parallel when --tp-comm-overlap
+    if not s.sequence_parallel:
+        return f"tp_comm_overlap needs sequence_parallel in {fw.display_name} (framework {fw.name})"
+    return None
+
+
 def precision_supported(run: RunSpec) -> str | None:
     gpu, precision = run.cluster.gpu, run.strategy.precision
     if not gpu.supports(precision):
@@ -150,6 +186,9 @@ RULES: tuple[Rule, ...] = (
     cp_divides_sequence,
     expert_parallel_fits,
     precision_supported,
+    framework_runs_zero_stage,
+    framework_runs_precision,
+    framework_runs_tp_comm_overlap,
 )
 
 

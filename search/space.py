@@ -24,6 +24,7 @@ from functools import cached_property
 from typing import Any
 
 from costmodel.specs.errors import SpecError, require_int
+from costmodel.specs.framework import DEFAULT_FRAMEWORK, Framework, get_framework
 from costmodel.specs.gpu import ClusterSpec, GPUSpec
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.runspec import RunSpec
@@ -130,6 +131,9 @@ class SearchProblem(SearchBounds):
         Knobs held at one value (``--fix tp=8``); any ``KNOBS`` name, ``dp`` included.
     allowed : mapping of knob to values
         Knobs restricted to a set of values (``--allow recompute=none,selective``).
+    framework : Framework, optional
+        The framework the job launches under (default Megatron-Core); its forbidden
+        combinations are rule violations.
     max_tp, max_pp, max_cp, max_ep, max_vpp, max_micro_batch_size : int, optional
         Upper bounds (:class:`SearchBounds`); raise them (``--max-cp`` ...) for
         long sequences or small models.
@@ -143,6 +147,7 @@ class SearchProblem(SearchBounds):
     gpus_per_node: int | None = None
     fixed: tuple[tuple[str, Any], ...] = ()
     allowed: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    framework: Framework = field(default_factory=lambda: get_framework(DEFAULT_FRAMEWORK))
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "global_batch_size", "seq_length"):
@@ -167,7 +172,8 @@ class SearchProblem(SearchBounds):
 
     def run(self, strategy: Strategy) -> RunSpec:
         """The run spec of ``strategy`` on this problem."""
-        return RunSpec(model=self.model, cluster=self.cluster, strategy=strategy, seq_length=self.seq_length)
+        return RunSpec(model=self.model, cluster=self.cluster, strategy=strategy, seq_length=self.seq_length,
+                       framework=self.framework)
 
     def with_gpus(self, num_gpus: int) -> SearchProblem:
         """The same problem on ``num_gpus`` GPUs."""
@@ -280,7 +286,7 @@ def _setting_values(problem: SearchProblem) -> dict[str, list[Any]]:
         precisions = [p for p in PRECISIONS if p in allowed_precision and problem.gpu.supports(p)]
     values: dict[str, list[Any]] = {
         "recompute": _keep(problem, "recompute", RECOMPUTE),
-        "zero_stage": _keep(problem, "zero_stage", ZERO_STAGES),
+        "zero_stage": _keep(problem, "zero_stage", [z for z in ZERO_STAGES if z in problem.framework.zero_stages]),
         "precision": precisions,
     }
     for knob in SWITCHES:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +11,12 @@ import yaml
 
 from costmodel.specs.catalog import get_gpu, get_model
 from costmodel.specs.errors import SpecError, reject_unknown_keys, require_int, require_number
+from costmodel.specs.framework import DEFAULT_FRAMEWORK, Framework, get_framework, resolve_framework
 from costmodel.specs.gpu import CLUSTER_KEYS, ClusterSpec, GiB, override_gpu
 from costmodel.specs.model import ModelSpec, model_from_mapping
 from costmodel.specs.strategy import STRATEGY_KEYS, Strategy
 
-RUN_KEYS = frozenset({"model", "seq_length", "cluster", "strategy"})
+RUN_KEYS = frozenset({"model", "seq_length", "cluster", "strategy", "framework"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,6 +27,7 @@ class RunSpec:
     cluster: ClusterSpec
     strategy: Strategy
     seq_length: int
+    framework: Framework = field(default_factory=lambda: get_framework(DEFAULT_FRAMEWORK))
 
     def __post_init__(self) -> None:
         require_int("seq_length", self.seq_length)
@@ -115,7 +117,8 @@ def run_spec_from_mapping(data: Any, base_dir: Path | None = None) -> RunSpec:
     strategy = resolve_strategy(data.get("strategy"), cluster.num_gpus)
     seq = data.get("seq_length", model.seq_length)
     require_int("seq_length", seq)
-    return RunSpec(model=model, cluster=cluster, strategy=strategy, seq_length=seq)
+    framework = resolve_framework(data.get("framework"))
+    return RunSpec(model=model, cluster=cluster, strategy=strategy, seq_length=seq, framework=framework)
 
 
 def read_structured_file(path: str | Path, field: str = "run spec") -> Any:
