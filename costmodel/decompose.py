@@ -9,11 +9,19 @@ average. Backward GEMMs are listed as their own data-gradient and
 weight-gradient GEMMs. Attention backward FLOPs are counted as 2x forward (the
 algorithmic count); the extra QK^T that flash-attention recomputes inside its
 backward is part of that kernel's measured time, not of the FLOP count.
+
+MLA layers run Megatron-Core's projections (q down/up, kv down/up, output); the
+down projections are duplicated on every tensor-parallel rank, so a GPU runs them
+over all its tokens unsharded. Sliding-window layers time their attention as causal
+attention over independent blocks of twice the window (``ModelSpec.window_block``,
+the same FLOPs); a stage's layers are the average of the model's full and windowed
+layers. Attention sinks (GPT-OSS) add one logit per head and are not modelled.
+MTP layers run on the last stage after the LM head's input.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from constraints.memory import stage_layer_counts
 from costmodel.ops import Op, gemm, memory_op
@@ -34,7 +42,8 @@ class LayerShape:
     batch: int
     heads: int  # query heads on this GPU
     kv_heads: int  # KV heads on this GPU (replicated when tp > KV heads)
-    head_dim: int
+    head_dim: int  # query / key head dim (nope + rope with MLA)
+    v_head_dim: int
     hidden: int
     cp: int
     tp: int
@@ -48,6 +57,15 @@ class LayerShape:
     def kv_width(self) -> int:
         return self.kv_heads * self.head_dim
 
+    @property
+    def o_width(self) -> int:
+        """Attention output width on this GPU (heads x v_head_dim)."""
+        return self.heads * self.v_head_dim
+
+    @property
+    def v_width(self) -> int:
+        return self.kv_heads * self.v_head_dim
+
 
 def layer_shape(model: ModelSpec, strategy: Strategy, seq_length: int) -> LayerShape:
     t = strategy.tp
@@ -58,7 +76,8 @@ def layer_shape(model: ModelSpec, strategy: Strategy, seq_length: int) -> LayerS
         tokens=tokens, norm_tokens=tokens // t if sp else tokens, seq=seq_length,
         batch=strategy.micro_batch_size, heads=max(1, model.num_attention_heads // t),
         kv_heads=max(1, kv // t),  # type: ignore[operator]
-        head_dim=model.head_dim, hidden=model.hidden_size, cp=strategy.cp, tp=t,  # type: ignore[arg-type]
+        head_dim=model.head_dim, v_head_dim=model.v_head_dim, hidden=model.hidden_size,  # type: ignore[arg-type]
+        cp=strategy.cp, tp=t,
         dtype="fp8" if strategy.precision == "fp8" else "bf16",
     )
 
@@ -93,22 +112,56 @@ def _dropout_residual(name: str, x: LayerShape, model: ModelSpec) -> list[Op]:
     return ops
 
 
-def _attention_core(x: LayerShape, strategy: Strategy) -> list[Op]:
+def _attention_core(x: LayerShape, strategy: Strategy, name: str = "attention") -> list[Op]:
     """Causal self-attention on this GPU's heads; with cp the GPU does 1/cp of the causal work."""
     if strategy.flash_attention:
-        fwd = 4.0 * x.batch * x.seq * x.seq * x.heads * x.head_dim * 0.5
+        fwd = 2.0 * x.batch * x.seq * x.seq * x.heads * (x.head_dim + x.v_head_dim) * 0.5
         shape = (x.batch, x.seq, x.heads, x.kv_heads, x.head_dim, 1)
-        moved = BF16 * x.batch * x.seq * (2 * x.q_width + 2 * x.kv_width)
-        return [Op("attention.fwd", "attention_fwd", "fwd", shape, fwd, moved, "bf16", 1.0 / x.cp),
-                Op("attention.bwd", "attention_bwd", "bwd", shape, 2 * fwd, 2 * moved, "bf16", 1.0 / x.cp)]
+        moved = BF16 * x.batch * x.seq * (x.q_width + x.o_width + x.kv_width + x.v_width)
+        return [Op(f"{name}.fwd", "attention_fwd", "fwd", shape, fwd, moved, "bf16", 1.0 / x.cp),
+                Op(f"{name}.bwd", "attention_bwd", "bwd", shape, 2 * fwd, 2 * moved, "bf16", 1.0 / x.cp)]
     # Unfused (Megatron's baddbmm + masked softmax + bmm): the full score matrix is computed.
     sq = x.seq // x.cp
     count = float(x.batch * x.heads)
     scores = sq * x.seq
-    ops = _linear("attention.scores", x, n=x.seq, k=x.head_dim, m=sq, count=count)
-    ops += _elementwise("attention.softmax", scores * count, 1, 1, 2, 1)
-    ops += _linear("attention.values", x, n=x.head_dim, k=x.seq, m=sq, count=count)
+    ops = _linear(f"{name}.scores", x, n=x.seq, k=x.head_dim, m=sq, count=count)
+    ops += _elementwise(f"{name}.softmax", scores * count, 1, 1, 2, 1)
+    ops += _linear(f"{name}.values", x, n=x.v_head_dim, k=x.seq, m=sq, count=count)
     return ops
+
+
+def _attention_cores(x: LayerShape, model: ModelSpec, strategy: Strategy) -> list[Op]:
+    """The average layer's attention: full layers' and sliding-window layers' cores, weighted."""
+    full = model.num_full_attention_layers / model.num_layers
+    ops = [_scaled(op, full) for op in _attention_core(x, strategy)] if full else []
+    block = model.window_block(x.seq)
+    if full < 1:
+        blocks = replace(x, seq=block, batch=x.batch * x.seq // block)
+        ops += [_scaled(op, 1 - full) for op in _attention_core(blocks, strategy, "attention_window")]
+    return ops
+
+
+def _attention_projections(x: LayerShape, model: ModelSpec) -> list[Op]:
+    """Projections into the attention core (QKV, or MLA's down/up projections and latent norms)."""
+    if not model.is_mla:
+        return _linear("qkv_proj", x, n=x.q_width + 2 * x.kv_width, k=x.hidden)
+    ops: list[Op] = []
+    for name, n_in, n_out, sharded in model.attention_linears():
+        if name == "out_proj":
+            continue
+        # Column-parallel up projections split heads; the duplicated down projections are whole.
+        ops += _linear(name, x, n=n_out * x.heads // model.num_attention_heads if sharded else n_out, k=n_in)
+        if name.endswith("down_proj"):  # RMSNorm on the latent (q: q_lora_rank; kv: kv_lora_rank)
+            latent = model.q_lora_rank if name.startswith("q") else model.kv_lora_rank
+            ops += _elementwise(name.replace("down_proj", "latent_norm"), x.tokens * latent, 1, 1, 2, 1)
+    return ops
+
+
+def _rope_elements(x: LayerShape, model: ModelSpec) -> int:
+    """Elements RoPE rotates: every query and key head, or MLA's rope parts (per-head q, one shared k)."""
+    if model.is_mla:
+        return x.tokens * (x.heads + 1) * model.qk_rope_head_dim
+    return x.tokens * (x.q_width + x.kv_width)
 
 
 def _mlp(name: str, x: LayerShape, model: ModelSpec, ffn: int, tokens: int | None = None,
@@ -144,12 +197,14 @@ def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool =
     """Operators of one transformer layer for one micro-batch on one GPU (fwd, bwd, recompute)."""
     x = layer_shape(model, strategy, seq_length)
     ops = _norm("input_norm", x)
-    ops += _linear("qkv_proj", x, n=x.q_width + 2 * x.kv_width, k=x.hidden)
+    ops += _attention_projections(x, model)
+    if model.qk_norm:  # per-head RMSNorm of queries and keys
+        ops += _elementwise("qk_norm", x.tokens * (x.q_width + x.kv_width), 1, 1, 2, 1)
     if model.position_embedding == "rope":
-        ops += _elementwise("rope", x.tokens * (x.q_width + x.kv_width), 1, 1, 1, 1)
-    core = _attention_core(x, strategy)
+        ops += _elementwise("rope", _rope_elements(x, model), 1, 1, 1, 1)
+    core = _attention_cores(x, model, strategy)
     ops += core
-    ops += _linear("out_proj", x, n=x.hidden, k=x.q_width)
+    ops += _linear("out_proj", x, n=x.hidden, k=x.o_width)
     ops += _dropout_residual("attn", x, model)
     ops += _norm("post_attn_norm", x)
     ops += _moe(x, model, strategy) if moe else _mlp("mlp", x, model, model.ffn_hidden_size)  # type: ignore[arg-type]
@@ -175,15 +230,36 @@ def embedding_ops(model: ModelSpec, strategy: Strategy, seq_length: int) -> list
 
 
 def head_ops(model: ModelSpec, strategy: Strategy, seq_length: int) -> list[Op]:
-    """Last-stage extras: final norm, LM head and vocab-parallel softmax cross-entropy."""
+    """Last-stage extras: final norm, LM head and vocab-parallel softmax cross-entropy; MTP layers."""
     x = layer_shape(model, strategy, seq_length)
+    ops = _lm_head("", x, model)
+    for depth in range(model.mtp_num_layers):
+        ops += _mtp_layer(f"mtp{depth}.", x, model, strategy, seq_length)
+    return ops
+
+
+def _lm_head(prefix: str, x: LayerShape, model: ModelSpec) -> list[Op]:
     vocab = model.vocab_size // x.tp
-    ops = _norm("final_norm", x)
-    ops += _linear("lm_head", x, n=vocab, k=x.hidden)
+    ops = _norm(f"{prefix}final_norm", x)
+    ops += _linear(f"{prefix}lm_head", x, n=vocab, k=x.hidden)
     # Ideal single-pass traffic (read logits, write softmax; backward read softmax, write grad),
     # the convention of the measured fit in costmodel/analytic.py that prices the real multi-pass kernel.
-    ops += _elementwise("cross_entropy", x.tokens * vocab, 1, 1, 1, 1)
+    ops += _elementwise(f"{prefix}cross_entropy", x.tokens * vocab, 1, 1, 1, 1)
     return ops
+
+
+def _mtp_layer(prefix: str, x: LayerShape, model: ModelSpec, strategy: Strategy, seq_length: int) -> list[Op]:
+    """One Megatron-Core MTP layer: embedding of the shifted tokens, two norms, the column-parallel
+    ``2h -> h`` projection, one transformer layer, and the shared LM head again."""
+    ops = _elementwise(f"{prefix}embedding", x.tokens * x.hidden, 1, 1, 1, 2)
+    ops += _norm(f"{prefix}enorm", x) + _norm(f"{prefix}hnorm", x)
+    ops += _linear(f"{prefix}eh_proj", x, n=x.hidden // x.tp, k=2 * x.hidden)
+    ops += [_renamed(op, prefix) for op in layer_ops(model, strategy, seq_length, moe=model.is_moe)]
+    return ops + _lm_head(prefix, x, model)
+
+
+def _renamed(op: Op, prefix: str) -> Op:
+    return Op(prefix + op.name, op.family, op.phase, op.shape, op.flops, op.bytes, op.dtype, op.count)
 
 
 # Adam step with fp32 master weights, moments and main grads, writing 16-bit params back:

@@ -7,6 +7,13 @@ layer ``6 x`` the active matmul parameters (GQA widths, SwiGLU's third matrix, t
 experts and the router) plus ``12 s q`` for the attention scores and values, where
 q = heads x head_dim; plus ``6 h V`` per token for the LM head. The contract counts
 the full s x s attention; ``causal=True`` halves it (what kernels actually run).
+
+Generalisations beyond Eq. 3: MLA's projection weights are its own (q and kv down/up
+projections, ``ModelSpec.attention_linears``) and its attention core is
+``6 s heads (d_qk + d_v)`` (keys of ``d_qk = nope + rope``, values of ``d_v``); a
+sliding-window layer attends over ``ModelSpec.window_block`` keys instead of ``s``;
+each MTP layer adds its ``2h -> h`` projection, one transformer layer and one more
+pass through the LM head.
 """
 
 from __future__ import annotations
@@ -18,24 +25,55 @@ from costmodel.specs.strategy import Strategy
 def matmul_params_per_layer(model: ModelSpec, moe: bool) -> float:
     """Weights one token multiplies by in one layer (biases and norms excluded)."""
     h = model.hidden_size
-    attn = h * (model.q_size + 2 * model.kv_size) + model.q_size * h
+    attn = model.attention_matmul_params()
     if not moe:
         return attn + model.mlp_matrices * h * model.ffn_hidden_size  # type: ignore[operator]
     experts = model.moe_router_topk + model.num_shared_experts
     return attn + h * model.num_experts + experts * model.mlp_matrices * h * model.moe_ffn_hidden_size  # type: ignore[operator]
 
 
-def attention_flops_per_token(model: ModelSpec, seq_length: int, causal: bool) -> float:
-    """Forward FLOPs of the attention scores and weighted values for one token of one layer."""
-    return 4.0 * seq_length * model.q_size * (0.5 if causal else 1.0)
+def attention_flops_per_token(model: ModelSpec, seq_length: int, causal: bool, window: bool = False) -> float:
+    """Forward FLOPs of the attention scores and weighted values for one token of one layer.
+
+    ``window`` prices a sliding-window layer (keys over ``model.window_block``).
+    """
+    keys = model.window_block(seq_length) if window else seq_length
+    widths = model.num_attention_heads * (model.head_dim + model.v_head_dim)  # type: ignore[operator]
+    return 2.0 * keys * widths * (0.5 if causal else 1.0)
+
+
+def stack_attention_flops_per_token(model: ModelSpec, seq_length: int, causal: bool) -> float:
+    """Attention-core forward FLOPs for one token through every layer (full and windowed)."""
+    full = model.num_full_attention_layers
+    return (full * attention_flops_per_token(model, seq_length, causal)
+            + (model.num_layers - full) * attention_flops_per_token(model, seq_length, causal, window=True))
+
+
+def mean_layer_attention_flops_per_token(model: ModelSpec, seq_length: int, causal: bool) -> float:
+    """Attention-core forward FLOPs of the average layer (the mix of full and windowed layers)."""
+    return stack_attention_flops_per_token(model, seq_length, causal) / model.num_layers
+
+
+def mtp_layer_flops_per_token(model: ModelSpec, seq_length: int, causal: bool) -> float:
+    """Forward FLOPs of the transformer layer inside one MTP layer (an average layer's attention)."""
+    return (2.0 * matmul_params_per_layer(model, model.is_moe)
+            + mean_layer_attention_flops_per_token(model, seq_length, causal))
+
+
+def mtp_flops_per_token(model: ModelSpec, seq_length: int, causal: bool) -> float:
+    """Forward FLOPs one token adds through the MTP layers (projection, layer, LM head)."""
+    h = model.hidden_size
+    per_layer = 2.0 * 2 * h * h + mtp_layer_flops_per_token(model, seq_length, causal) + 2.0 * h * model.vocab_size
+    return model.mtp_num_layers * per_layer
 
 
 def forward_flops_per_token(model: ModelSpec, seq_length: int, causal: bool, with_head: bool = True) -> float:
-    """Forward FLOPs for one token through every layer (and the LM head)."""
+    """Forward FLOPs for one token through every layer (and the LM head and MTP layers)."""
     layers = (model.num_dense_layers * 2 * matmul_params_per_layer(model, False)
               + model.num_moe_layers * 2 * matmul_params_per_layer(model, True))
-    layers += model.num_layers * attention_flops_per_token(model, seq_length, causal)
-    head = 2.0 * model.hidden_size * model.vocab_size if with_head else 0.0
+    layers += stack_attention_flops_per_token(model, seq_length, causal)
+    head = 2.0 * model.hidden_size * model.vocab_size + mtp_flops_per_token(model, seq_length, causal) \
+        if with_head else 0.0
     return layers + head
 
 
@@ -48,10 +86,13 @@ def recompute_flops_per_step(model: ModelSpec, strategy: Strategy, seq_length: i
                              causal: bool = True) -> float:
     """Extra forward FLOPs that activation recomputation adds to one step."""
     tokens = seq_length * global_batch_size
+    mtp = model.mtp_num_layers
     if strategy.recompute == "full":
-        return forward_flops_per_token(model, seq_length, causal, with_head=False) * tokens
+        return (forward_flops_per_token(model, seq_length, causal, with_head=False)
+                + mtp * mtp_layer_flops_per_token(model, seq_length, causal)) * tokens
     if strategy.recompute == "selective":
-        return model.num_layers * attention_flops_per_token(model, seq_length, causal) * tokens
+        return (stack_attention_flops_per_token(model, seq_length, causal)
+                + mtp * mean_layer_attention_flops_per_token(model, seq_length, causal)) * tokens
     return 0.0
 
 
