@@ -2,15 +2,22 @@
 
 Terms and where they come from
 ------------------------------
-Model states (bytes per parameter, mixed precision with Adam):
-    16-bit weights 2, fp32 main gradients 4, fp32 master weights + Adam m and v 12,
-    i.e. 18 bytes/param, the bf16-params / fp32-grads row of Megatron-LM's
-    distributed-optimizer table (docs/source/api-guide/dist_optimizer.md). ZeRO
-    stage 1 (= Megatron distributed optimizer) shards the 12 optimizer bytes over
-    the data-parallel ranks (dp * cp), stage 2 also the gradients, stage 3 (FSDP)
-    also the weights (Rajbhandari et al. 2020, arXiv 1910.02054, Figure 1).
-    FP8 training keeps the 16-bit weights and adds 1 byte/param of fp8 weight
-    copies (Transformer Engine caches; our judgement, no published figure).
+Model states (bytes per parameter, mixed precision with Adam), read from the run's
+``Framework`` (costmodel/catalog/frameworks/*.yaml holds each value's source):
+    Megatron-Core / NeMo / DeepSpeed keep 16-bit weights (2) beside an fp32 master copy,
+    so the optimizer holds master + Adam m and v (12); FSDP2 (torchtitan) and MaxText keep
+    the fp32 parameters themselves as the master (4) and the optimizer only m and v (8).
+    Main gradients take ``Framework.main_grad_bytes``: Megatron DDP's contiguous buffer is
+    fp32 (4) unless ``--grad-reduce-in-bf16`` makes it bf16 (2); DeepSpeed keeps 16-bit
+    gradients (ZeRO paper 2 + 2 + 12); FSDP2 keeps fp32 sharded gradients (reduce_dtype).
+    Megatron's bf16-params / fp32-grads total is 18 bytes/param (Megatron-LM
+    docs/user-guide/features/dist_optimizer.md). ZeRO stage 1 (= Megatron distributed
+    optimizer) shards the optimizer bytes over the data-parallel ranks (dp * cp), stage 2
+    also the gradients, stage 3 (FSDP) also the weights (Rajbhandari et al. 2020, arXiv
+    1910.02054, Figure 1).
+    FP8: Transformer Engine caches FP8 copies of the GEMM weights across micro-batches
+    (``fp8_weight_copy_bytes``) beside the 16-bit weights, when the framework keeps that
+    workspace (Megatron-Core does; torchao / torchtitan casts per forward).
     Expert parameters are split by ep and tp and sharded over dp * cp / ep ranks
     (Megatron-LM ``report_theoretical_memory``).
 Activations per transformer layer: Korthikanti et al. 2022 (arXiv 2205.05198)
@@ -41,15 +48,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from costmodel.specs.framework import Framework
 from costmodel.specs.gpu import GiB
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.strategy import Strategy, pipeline_layers
 
 BYTES_WEIGHT_16BIT = 2
-BYTES_GRAD_FP32 = 4
-BYTES_OPTIMIZER = 12  # fp32 master copy + Adam first and second moments
-BYTES_FP8_WEIGHT_COPY = 1
+BYTES_WEIGHT_FP32 = 4
+BYTES_ADAM_MOMENTS = 8  # Adam first and second moments, fp32
+BYTES_OPTIMIZER = BYTES_WEIGHT_FP32 + BYTES_ADAM_MOMENTS  # fp32 master copy + Adam m and v
+# Transformer Engine's MXFP8 block: one E8M0 scale byte per 32 elements
+# (transformer_engine/pytorch/constants.py MXFP8_BLOCK_SCALING_SIZE = 32).
+MXFP8_BLOCK = 32
+# GPUs whose FP8 GEMMs take non-TN layouts (compute capability >= 10, Blackwell): TE keeps one
+# FP8 buffer for row- and column-wise use (TE float8_tensor.py is_non_tn_fp8_gemm_supported).
+NON_TN_FP8_GPUS = frozenset({"b200", "gb200"})
 BYTES_LOGITS = 6  # 16-bit logits plus their fp32 copy for the loss
 
 
@@ -145,20 +159,55 @@ def params_on_gpu(run: RunSpec, stage: int) -> tuple[float, float]:
     return dense, expert
 
 
+def fp8_weight_copy_bytes(framework: Framework, gpu_name: str) -> float:
+    """Bytes per GEMM-weight parameter of the FP8 copies kept across micro-batches.
+
+    Transformer Engine (github.com/NVIDIA/TransformerEngine @d0067d0d) quantises each
+    weight with row- and column-wise usage in training (module/linear.py) and keeps it as
+    the weight workspace. Per-tensor recipes (delayed, tensorwise = current scaling) hold
+    ``_data`` plus an FP8 ``_transpose`` on Hopper, one ``_data`` on Blackwell
+    (tensor/float8_tensor.py); MXFP8 holds row- and column-wise data, each with one scale
+    byte per 32 elements (tensor/mxfp8_tensor.py); blockwise (1x128 / 128x128 fp32 scales)
+    is counted as row- and column-wise data. Frameworks without the workspace keep none.
+    """
+    if not framework.fp8_weight_cache:
+        return 0.0
+    recipe = framework.fp8_recipe
+    if recipe == "mxfp8":
+        return 2 * (1 + 1 / MXFP8_BLOCK)
+    if recipe in ("delayed", "tensorwise"):
+        return 1.0 if gpu_name in NON_TN_FP8_GPUS else 2.0
+    return 2.0
+
+
+def state_bytes_per_param(framework: Framework) -> tuple[float, float]:
+    """(weight, optimizer) bytes per parameter before FP8 copies and sharding."""
+    if framework.separate_master_weights:  # 16-bit weights beside an fp32 master copy in the optimizer
+        return float(BYTES_WEIGHT_16BIT), float(BYTES_OPTIMIZER)
+    return float(BYTES_WEIGHT_FP32), float(BYTES_ADAM_MOMENTS)  # the fp32 parameters are the master copy
+
+
 def model_state_bytes(run: RunSpec, stage: int) -> tuple[float, float, float, float]:
     """(weights, grads, optimizer, layer-states) bytes on one GPU of ``stage``."""
-    model, s = run.model, run.strategy
+    model, s, fw = run.model, run.strategy, run.framework
     dense, expert = params_on_gpu(run, stage)
     shards_dense = s.dp * s.cp
     shards_expert = s.expert_data_parallel_size
-    weight_bytes = BYTES_WEIGHT_16BIT + (BYTES_FP8_WEIGHT_COPY if s.precision == "fp8" else 0)
+    weight_bytes, optim_bytes = state_bytes_per_param(fw)
+    grad_bytes = fw.main_grad_bytes
 
     def sharded(params: float, bytes_per: float, shards: int, from_stage: int) -> float:
         return params * bytes_per / (shards if s.zero_stage >= from_stage else 1)
 
     weights = sharded(dense, weight_bytes, shards_dense, 3) + sharded(expert, weight_bytes, shards_expert, 3)
-    grads = sharded(dense, BYTES_GRAD_FP32, shards_dense, 2) + sharded(expert, BYTES_GRAD_FP32, shards_expert, 2)
-    optim = sharded(dense, BYTES_OPTIMIZER, shards_dense, 1) + sharded(expert, BYTES_OPTIMIZER, shards_expert, 1)
+    if s.precision == "fp8" and s.zero_stage < 3:
+        # TE's cached FP8 copies of the transformer GEMM weights; embeddings and LM head stay 16-bit.
+        # Under ZeRO-3 the copies are of gathered weights and freed with them (Megatron-FSDP
+        # keep_fp8_transpose_cache = False), so they are not persistent.
+        gemm = dense - embedding_params_per_gpu(model, s, stage) + expert
+        weights += gemm * fp8_weight_copy_bytes(fw, run.cluster.gpu.name)
+    grads = sharded(dense, grad_bytes, shards_dense, 2) + sharded(expert, grad_bytes, shards_expert, 2)
+    optim = sharded(dense, optim_bytes, shards_dense, 1) + sharded(expert, optim_bytes, shards_expert, 1)
     # Korthikanti et al. 2022 Figure 1 convention: 18 bytes x 12 l h^2 / (tp pp), unsharded.
     layer_states = 18 * 12 * model.num_layers * model.hidden_size**2 / (s.tp * s.pp)
     return weights, grads, optim, layer_states

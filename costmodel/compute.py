@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from constraints.memory import BYTES_OPTIMIZER, model_state_bytes, stage_layer_counts
+from constraints.memory import model_state_bytes, stage_layer_counts, state_bytes_per_param
 from costmodel.decompose import optimizer_op, stage_ops
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
@@ -40,7 +40,7 @@ class StageCompute:
 
 def optimizer_params_on_gpu(run: RunSpec, stage: int) -> float:
     """Parameters whose Adam update this GPU runs (its ZeRO shard when zero_stage >= 1)."""
-    return model_state_bytes(run, stage)[2] / BYTES_OPTIMIZER
+    return model_state_bytes(run, stage)[2] / state_bytes_per_param(run.framework)[1]
 
 
 def stage_ops_key(run: RunSpec, stage: int) -> tuple[Any, ...]:
