@@ -271,3 +271,22 @@ def attention_roofline_seconds(op: Op, gpu: GPUSpec) -> float:
     if len(op.shape) > 5 and op.shape[5] == 0:
         fwd *= noncausal_time_factor(op.shape[1])
     return fwd if op.family == "attention_fwd" else fwd * attention_backward_ratio(op.shape[1], op.shape[4])
+
+
+def what_if_time_ratio(op: Op, gpu: GPUSpec, reference: GPUSpec) -> float:
+    """Time of ``op`` on ``gpu`` over its time on ``reference``, by the analytic model of its family.
+
+    Converts a time measured on ``reference`` (the catalog GPU a profile was measured on) to
+    ``gpu``, the same GPU with run-spec overrides of its figures: GEMM and attention kernels by
+    the ratio of their rooflines (the peak FLOP/s of their dtype where compute-bound, HBM
+    bandwidth where memory-bound), memory-bound kernels and the optimizer step by the ratio of
+    their bandwidth fits (the fixed launch cost ``t0`` unscaled). A measured time at or above
+    its roofline on ``reference`` stays at or above its roofline on ``gpu``.
+    """
+    if op.family == "gemm":
+        timing = gemm_roofline_seconds
+    elif op.family in ("attention_fwd", "attention_bwd"):
+        timing = attention_roofline_seconds
+    else:
+        timing = memory_op_seconds
+    return timing(op, gpu) / timing(op, reference)

@@ -11,11 +11,21 @@ from threadpoolctl import threadpool_limits
 from constraints import Verdict, check
 from constraints.memory import layers_per_stage
 from costmodel.calibration import step_time_interval
+from costmodel.specs.catalog import get_gpu
+from costmodel.specs.errors import SpecError
 from costmodel.specs.gpu import GiB, GPUSpec
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.strategy import pipeline_layers
 from costmodel.step import predict_step, throughput
 from costmodel.timing import OperatorTimer
+
+
+def catalog_reference(gpu: GPUSpec) -> GPUSpec:
+    """The catalog entry ``gpu`` was built from, before run-spec overrides (``gpu`` if uncatalogued)."""
+    try:
+        return get_gpu(gpu.name)
+    except SpecError:
+        return gpu
 
 
 @lru_cache(maxsize=32)
@@ -26,7 +36,10 @@ def _timer(gpu: GPUSpec, profile_dir: str | None) -> OperatorTimer:
     profile = load_profile(profile_dir) if profile_dir is not None else builtin_profile(gpu.name)
     if profile is None:
         return OperatorTimer(gpu, None)
-    return OperatorTimer(gpu, fitted_profile(profile, gpu))
+    # The tables were measured under the catalog figures: the predictors are fitted against those
+    # (one fit whatever the overrides) and the timer scales their times to the overridden ones.
+    reference = catalog_reference(gpu)
+    return OperatorTimer(gpu, fitted_profile(profile, reference), reference=reference)
 
 
 def timer_for(gpu: GPUSpec, profile_dir: str | Path | None = None) -> OperatorTimer:
@@ -46,7 +59,9 @@ def predict_run(run: RunSpec, profile_dir: str | Path | None = None,
     """
     # One BLAS/OpenMP thread: predictor calls are tiny and a thread pool costs more than it saves.
     with threadpool_limits(1):
-        return _predict_run(run, timer if timer is not None else timer_for(run.cluster.gpu, profile_dir))
+        out = _predict_run(run, timer if timer is not None else timer_for(run.cluster.gpu, profile_dir))
+    out["warnings"] = [*run.notes, *out["warnings"]]  # what the spec's files state but is not modelled
+    return out
 
 
 def _predict_run(run: RunSpec, timer: OperatorTimer) -> dict[str, Any]:
@@ -68,12 +83,18 @@ def _predict_run(run: RunSpec, timer: OperatorTimer) -> dict[str, Any]:
         "stages": [{**c.to_dict(run.strategy.num_microbatches), "stage": st,
                     "layers": round(layers_per_stage(run.model, run.strategy, st))}
                    for st, c in enumerate(step.stage_computes)],
-        "warnings": list(step.notes),
+        "warnings": _warnings(step.notes, timer),
     })
     interval = step_time_interval(step.step_time_s)
     if interval is not None:
         out["step_time_s_interval"] = interval
     return out
+
+
+def _warnings(notes: tuple[str, ...], timer: OperatorTimer) -> list[str]:
+    """The step's notes, and the what-if label wherever measured times were scaled (collectives too)."""
+    what_if = timer.what_if_note
+    return list(notes) + ([what_if] if what_if is not None and what_if not in notes else [])
 
 
 def _memory_fields(verdict: Verdict, timer: OperatorTimer) -> dict[str, Any]:

@@ -3,6 +3,15 @@
 ``OperatorTimer`` memoises per-shape results and batches predictor calls: timing
 the few dozen distinct operators of a strategy costs a dictionary lookup each
 once warm.
+
+Run-spec overrides of catalog figures (``cluster: {peak_tflops: ...}``) reach
+every time. The analytic models read the overridden ``gpu`` directly. A profile's
+tables were measured on the catalog GPU (``reference``), so a time read from them
+is a what-if: it is scaled by ``costmodel.analytic.what_if_time_ratio`` (GEMMs and
+attention by their roofline on either GPU: peak FLOP/s where compute-bound, HBM
+bandwidth where memory-bound; memory-bound kernels by HBM bandwidth) and a measured
+intra-node collective by the alpha-beta model's ratio (link bandwidth and
+latency), and the output says so (``what_if_note``).
 """
 
 from __future__ import annotations
@@ -26,10 +35,13 @@ from costmodel.analytic import (
     memory_kind,
     memory_op_seconds,
     noncausal_time_factor,
+    what_if_time_ratio,
 )
+from costmodel.comm.collectives import link_figures
+from costmodel.comm.formulas import single_domain_seconds
 from costmodel.ops import Op
 from costmodel.splitting import attention_pieces, gemm_pieces
-from costmodel.specs.gpu import GPUSpec
+from costmodel.specs.gpu import GPU_FIELDS, GPUSpec
 
 SOURCE_PROFILE = "profile"
 SOURCE_ROOFLINE = "roofline"
@@ -46,6 +58,9 @@ NOTE_HEAD_DIM = ("attention head dim outside the table's sampled head dims: time
 NOTE_FA2_LEVEL = ("attention: the built-in table's causal prefill kernel brought to FlashAttention-2's published "
                   "throughput by sequence length and to its measured batch x heads dependence "
                   "(costmodel.analytic.FA2_LEVEL_DEVICES, FA2_PARALLELISM_PAIRS)")
+# GPUSpec attributes a profile's measured times depend on (the ones a what-if scales them by).
+_MEASURED_FIGURES = ("peak_flops", "hbm_bandwidth_bytes_per_s", "intra_node_bandwidth_bytes_per_s",
+                     "intra_node_latency_s")
 # GEMM roles whose table time is scaled by BACKWARD_GEMM_TIME_FACTOR, and the table dtypes it holds for.
 _BACKWARD_ROLES = ("dgrad", "wgrad")
 _BACKWARD_FACTOR_DTYPES = ("bf16", "fp16")
@@ -103,10 +118,17 @@ def _gemm_family(dtype: str, available: tuple[str, ...] = ()) -> str:
 
 @dataclass
 class OperatorTimer:
-    """Times ops for one GPU with an optional fitted profile."""
+    """Times ops for one GPU with an optional fitted profile.
+
+    ``reference`` is the GPU whose figures the profile's tables were measured under
+    (the catalog entry of ``gpu``, before run-spec overrides); None means ``gpu``.
+    Where the two differ in a figure measured times depend on, those times are
+    scaled to ``gpu`` (module docstring) and carry ``what_if_note``.
+    """
 
     gpu: GPUSpec
     predictors: Predictors | None = None
+    reference: GPUSpec | None = None
     _memo: dict[tuple[Any, ...], tuple[float, str, tuple[str, ...]]] = field(default_factory=dict, repr=False)
     _comm_memo: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     _fa2_level: list[np.ndarray | None] = field(default_factory=list, repr=False)  # computed once, on first use
@@ -116,6 +138,50 @@ class OperatorTimer:
     @property
     def profile_name(self) -> str | None:
         return None if self.predictors is None else str(self.predictors.profile.name)
+
+    @property
+    def overridden_figures(self) -> tuple[str, ...]:
+        """Catalog keys of the measured-on figures in which ``gpu`` differs from ``reference``."""
+        if self.predictors is None or self.reference is None:
+            return ()
+        keys = {attr: key for key, (attr, _) in GPU_FIELDS.items()}
+        out = []
+        for attr in _MEASURED_FIGURES:
+            if attr == "peak_flops":
+                ours, theirs = dict(self.gpu.peak_flops), dict(self.reference.peak_flops)
+                out += [f"peak_tflops.{d}" for d in ours if d in theirs and ours[d] != theirs[d]]
+            elif getattr(self.gpu, attr) != getattr(self.reference, attr):
+                out.append(keys[attr])
+        return tuple(out)
+
+    @property
+    def what_if_note(self) -> str | None:
+        """The label of times measured on ``reference`` and scaled to overridden figures, or None."""
+        figures = self.overridden_figures
+        if not figures:
+            return None
+        assert self.reference is not None
+        return (f"what-if: times measured on {self.reference.name} (profile {self.profile_name}), scaled to the "
+                f"overridden {', '.join(figures)}: GEMMs and attention by their roofline (peak FLOP/s where "
+                "compute-bound, HBM bandwidth where memory-bound), memory-bound kernels by HBM bandwidth, "
+                "intra-node collectives by link bandwidth and latency (costmodel.timing)")
+
+    def _measured(self, op: Op, seconds: float, notes: tuple[str, ...] = ()) -> tuple[float, str, tuple[str, ...]]:
+        """The memo entry of a time read from the profile: scaled to ``gpu`` where figures were overridden."""
+        note = self.what_if_note
+        if note is None:
+            return float(seconds), SOURCE_PROFILE, notes
+        assert self.reference is not None
+        return float(seconds) * what_if_time_ratio(op, self.gpu, self.reference), SOURCE_PROFILE, notes + (note,)
+
+    def _collective_ratio(self, op: str, num_gpus: np.ndarray, message_bytes: np.ndarray) -> np.ndarray | float:
+        """Alpha-beta time on ``gpu``'s links over that on ``reference``'s (1 without overrides)."""
+        if self.reference is None or not {"intra_node_bandwidth_GBps", "intra_node_latency_us"} \
+                & set(self.overridden_figures):
+            return 1.0
+        n = np.maximum(num_gpus, 2.0)
+        return (single_domain_seconds(op, message_bytes, n, link_figures(self.gpu))  # type: ignore[arg-type]
+                / single_domain_seconds(op, message_bytes, n, link_figures(self.reference)))  # type: ignore[arg-type]
 
     def _has(self, family: str) -> bool:
         return self.predictors is not None and family in self.predictors.families
@@ -134,7 +200,8 @@ class OperatorTimer:
                 shape = np.broadcast(n, b).shape
                 hit = (np.full(shape, np.nan), np.zeros(shape, dtype=bool))
             else:
-                hit = self.predictors.predict_collective(op, n, b)  # type: ignore[attr-defined]
+                seconds, in_range = self.predictors.predict_collective(op, n, b)  # type: ignore[attr-defined]
+                hit = (seconds * self._collective_ratio(op, n, b), in_range)
             self._comm_memo[key] = hit
         return hit
 
@@ -172,11 +239,19 @@ class OperatorTimer:
 
     @staticmethod
     def _key(op: Op) -> tuple[Any, ...]:
+        """Every input that determines ``op``'s memo entry (seconds, source and notes), nothing else.
+
+        Equal keys must give equal entries whatever was timed before: a GEMM's notes name the
+        first part of its name; a memory-bound op's time depends on its kernel kind (the fit or
+        table it reads; ``moe.permute`` is a gather, ``moe.experts.swiglu`` an activation), its
+        phase (recompute runs the forward kernel), its elements (a profile's table) and bytes.
+        """
         if op.family == "gemm":
-            return (op.family, op.shape, op.dtype, _gemm_role(op) != "fwd")
+            return (op.family, op.name.split(".")[0], op.shape, op.dtype, _gemm_role(op) != "fwd")
         if op.family in ("attention_fwd", "attention_bwd"):
             return (op.family, op.shape, op.dtype)
-        return (op.family, op.name.split(".")[0], op.phase == "fwd" or op.phase == "recompute", op.bytes)
+        phase = "fwd" if op.phase == "recompute" else op.phase
+        return (op.family, memory_kind(op), phase, op.shape, op.bytes, op.dtype)
 
     def time_ops(self, ops: Sequence[Op]) -> TimedOps:
         """Seconds for one execution of each op (batched for the uncached ones)."""
@@ -205,7 +280,7 @@ class OperatorTimer:
                 assert self.predictors is not None
                 sec, ok = self.predictors.predict_memory(kind, phase, [op.shape[0]])  # type: ignore[attr-defined]
                 if bool(np.ravel(ok)[0]):
-                    self._memo[self._key(op)] = (float(np.ravel(sec)[0]), SOURCE_PROFILE, ())
+                    self._memo[self._key(op)] = self._measured(op, float(np.ravel(sec)[0]))
                     continue
             self._memo[self._key(op)] = (memory_op_seconds(op, self.gpu), SOURCE_ANALYTIC, (NOTE_MEMORY,))
 
@@ -263,7 +338,7 @@ class OperatorTimer:
                 if backward and _gemm_role(op) in _BACKWARD_ROLES:
                     sec = sec * BACKWARD_GEMM_TIME_FACTOR
                     notes += (NOTE_GEMM_BWD,)
-                self._memo[self._key(op)] = (float(sec), SOURCE_PROFILE, notes)
+                self._memo[self._key(op)] = self._measured(op, float(sec), notes)
 
     def _gemm_splits(self, group: list[Op], in_range: np.ndarray, family: str,
                      table_dtype: str) -> dict[int, tuple[float, str]]:
@@ -321,7 +396,7 @@ class OperatorTimer:
                 self._memo[self._key(op)] = (attention_roofline_seconds(op, self.gpu), SOURCE_ROOFLINE, (note,))
                 continue
             if op.family == "attention_bwd" and (measured := self._measured_attention_bwd(op)) is not None:
-                self._memo[self._key(op)] = (measured, SOURCE_PROFILE, ())
+                self._memo[self._key(op)] = self._measured(op, measured)
                 continue
             if level is not None:
                 notes += (NOTE_FA2_LEVEL,)
@@ -336,7 +411,7 @@ class OperatorTimer:
             if op.family == "attention_bwd":
                 notes += (NOTE_ATTENTION_BWD,)
                 sec = sec * attention_backward_ratio(op.shape[1], op.shape[4])
-            self._memo[self._key(op)] = (float(sec), SOURCE_PROFILE, notes)
+            self._memo[self._key(op)] = self._measured(op, float(sec), notes)
 
 
 def _timed_pieces(plans: dict[int, tuple[float, tuple[int, ...]]],
