@@ -27,6 +27,13 @@ from costmodel.comm import collective_seconds, group_placement
 from costmodel.compute import StageCompute, pipeline_compute
 from costmodel.flops import model_flops_per_step
 from costmodel.schedule import SCHEDULES, PipelineTime, schedule_name
+from costmodel.sharding import (
+    backward_gathers,
+    bucketed_reduce_exposed_s,
+    prefetch_layers,
+    sharding_settings,
+    zero3_microbatch_seconds,
+)
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
 
@@ -34,6 +41,8 @@ BF16 = 2
 GRAD_REDUCE_BYTES = 4  # Megatron-LM reduces fp32 main gradients by default (accumulate_allreduce_grads_in_fp32)
 # Megatron-LM's default DDP bucket: max(40M, 1M x dp) parameters (megatron/core/distributed ddp config).
 BUCKET_PARAMS = 40_000_000
+# DeepSpeed's ZeRO-2 gradient bucket: reduce_bucket_size = 5e8 elements (deepspeed/runtime/zero/config.py).
+ZERO2_BUCKET_PARAMS = 500_000_000
 
 BREAKDOWN_KEYS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "pp_bubble_s",
                   "dp_comm_exposed_s", "optimizer_s", "other_s")
@@ -125,34 +134,73 @@ def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers:
         g = group_placement("ep", s, cluster)
         dispatched = tokens * model.moe_router_topk * model.hidden_size * BF16
         ep = moe_layers * 4 * _collective(timer, "all_to_all", dispatched, g, gpu) * (1 + recompute_fwd / 2)
-    if s.zero_stage == 3 and s.dp * s.cp > 1:
-        g = group_placement("dp_cp", s, cluster)
-        dense, _ = params_on_gpu(run, stage.stage)
-        layer_params = dense / max(layers, 1e-9)
-        # nccl-tests convention: the message is the whole gathered (or reduced) layer
-        gather = _collective(timer, "all_gather", layer_params * BF16, g, gpu)
-        scatter = _collective(timer, "reduce_scatter", layer_params * GRAD_REDUCE_BYTES, g, gpu)
-        per_layer_fwd = stage.forward_s / max(layers, 1e-9)
-        per_layer_bwd = stage.backward_s / max(layers, 1e-9)
-        z3 = layers * (max(0.0, gather - per_layer_fwd) + max(0.0, gather + scatter - per_layer_bwd))
+    if s.dp * s.cp > 1 and s.zero_stage == 3:
+        z3 = _zero3_exposed(run, timer, stage, int(layers), int(moe_layers))
+    elif s.dp * s.cp > 1 and s.zero_stage == 2:
+        z3 = _zero2_exposed(run, timer, stage)
     return tp, cp, ep, z3
 
 
+def _shard_groups(run: RunSpec, stage: StageCompute) -> list[tuple[float, Any]]:
+    """(parameters, placement) of the dense (``dp_cp``) and expert (``edp``) shards of ``stage``, if sharded."""
+    s = run.strategy
+    dense, expert = params_on_gpu(run, stage.stage)
+    groups = []
+    for params, kind in ((dense, "dp_cp"), (expert, "edp")):
+        g = group_placement(kind, s, run.cluster)
+        if params > 0 and g.size > 1:
+            groups.append((params, g))
+    return groups
+
+
+def _zero3_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: int, moe_layers: int) -> float:
+    """ZeRO-3 seconds per micro-batch beyond the stage's compute: its layers' gathers and reduce-scatters replayed."""
+    s, gpu = run.strategy, run.cluster.gpu
+    settings = sharding_settings(run)
+    n = max(layers, 1)
+    gather = scatter = 0.0
+    total_params = 0.0
+    for params, g in _shard_groups(run, stage):
+        # expert parameters live in the MoE layers only: time one such layer's collective, spread over all
+        holders = moe_layers if g.kind == "edp" else n
+        share = max(holders, 1) / n
+        per_layer = params / max(holders, 1)
+        gather += share * _collective(timer, "all_gather", per_layer * settings.gather_bytes, g, gpu)
+        scatter += share * _collective(timer, "reduce_scatter", per_layer * settings.reduce_bytes, g, gpu)
+        total_params += params
+    prefetch = prefetch_layers(settings, total_params / n)
+    total = zero3_microbatch_seconds(n, stage.forward_s, stage.backward_s, gather, scatter, prefetch,
+                                     backward_gathers(settings, s.pp, s.recompute))
+    return max(0.0, total - stage.forward_s - stage.backward_s)
+
+
+def _zero2_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute) -> float:
+    """ZeRO-2 gradient reduce-scatter of every micro-batch's backward (DeepSpeed stage 2), exposed part."""
+    s, gpu = run.strategy, run.cluster.gpu
+    exposed = 0.0
+    for params, g in _shard_groups(run, stage):
+        sync = _collective(timer, "reduce_scatter", params * GRAD_REDUCE_BYTES, g, gpu)
+        bucket = _collective(timer, "reduce_scatter", min(params, ZERO2_BUCKET_PARAMS) * GRAD_REDUCE_BYTES, g, gpu)
+        exposed += bucketed_reduce_exposed_s(stage.backward_s, sync, bucket, s.overlap_grad_reduce)
+    return exposed
+
+
 def _dp_tail(run: RunSpec, timer: OperatorTimer, stage: StageCompute) -> float:
-    """Exposed gradient sync and parameter all-gather after the last backward of ``stage``."""
-    s, cluster, gpu = run.strategy, run.cluster, run.cluster.gpu
+    """Exposed gradient sync and parameter all-gather after the last backward of ``stage``.
+
+    ZeRO-3 and ZeRO-2 reduce their gradients inside every micro-batch (``_layer_comm``);
+    ZeRO-0/1 reduce once, bucket by bucket under the last backward.
+    """
+    s, gpu = run.strategy, run.cluster.gpu
     if s.dp * s.cp == 1 or s.zero_stage == 3:
         return 0.0
-    dense, expert = params_on_gpu(run, stage.stage)
     total = 0.0
-    for params, kind, ranks in ((dense, "dp_cp", s.dp * s.cp), (expert, "edp", s.expert_data_parallel_size)):
-        if params <= 0 or ranks == 1:
-            continue
-        g = group_placement(kind, s, cluster)
-        op = "all_reduce" if s.zero_stage == 0 else "reduce_scatter"
-        sync = _collective(timer, op, params * GRAD_REDUCE_BYTES, g, gpu)
-        bucket = _collective(timer, op, min(params, BUCKET_PARAMS) * GRAD_REDUCE_BYTES, g, gpu)
-        total += max(bucket, sync - stage.backward_s) if s.overlap_grad_reduce else sync
+    for params, g in _shard_groups(run, stage):
+        if s.zero_stage < 2:
+            op = "all_reduce" if s.zero_stage == 0 else "reduce_scatter"
+            sync = _collective(timer, op, params * GRAD_REDUCE_BYTES, g, gpu)
+            bucket = _collective(timer, op, min(params, BUCKET_PARAMS) * GRAD_REDUCE_BYTES, g, gpu)
+            total += bucketed_reduce_exposed_s(stage.backward_s, sync, bucket, s.overlap_grad_reduce)
         if s.zero_stage in (1, 2):
             gather = _collective(timer, "all_gather", params * BF16, g, gpu)
             gather_bucket = _collective(timer, "all_gather", min(params, BUCKET_PARAMS) * BF16, g, gpu)
