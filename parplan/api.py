@@ -11,7 +11,7 @@ from costmodel.specs import RunSpec, gpu_catalog, load_run_spec, model_catalog
 
 def predict(run: RunSpec, profile_dir: str | Path | None = None) -> dict[str, Any]:
     """Prediction of one run in the shape of ``parplan predict --json`` (contract version 1)."""
-    return predict_run(run, profile_dir)
+    return {**predict_run(run, profile_dir), "framework": run.framework.name}
 
 
 def predict_file(path: str | Path, profile_dir: str | Path | None = None) -> dict[str, Any]:

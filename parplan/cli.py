@@ -6,10 +6,12 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from costmodel.specs.errors import SpecError
+from costmodel.specs.notices import ParplanWarning
 from parplan import api
 
 EXIT_OK, EXIT_USAGE, EXIT_INFEASIBLE = 0, 2, 3
@@ -76,6 +78,8 @@ def _print_prediction(result: dict[str, Any]) -> None:
                       for label, st in _stage_groups(result["stages"])],
                      ["stage", "layers", "fwd ms/mb", "bwd ms/mb", "optimizer ms", "compute s/step"])
     print(f"profile: {result.get('profile') or 'none (analytic models only)'}")
+    if "framework" in result:
+        print(f"framework: {result['framework']}")
     for violation in result["violations"]:
         print(f"violation: {violation}")
     for warning in result.get("warnings", []):
@@ -160,7 +164,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_format_warning = warnings.formatwarning
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *rest: Any, **kw: Any) -> str:
+    """``parplan: warning: ...`` for parplan's own warnings; others as Python formats them."""
+    if issubclass(category, ParplanWarning):
+        return f"parplan: warning: {message}\n"
+    return _format_warning(message, category, *rest, **kw)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    warnings.formatwarning = _one_line_warning  # type: ignore[assignment]
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
