@@ -208,6 +208,7 @@ class ModelSpec:
         if not self.is_mla:
             return [("qkv_proj", h, self.q_size + 2 * self.kv_size, True),
                     ("out_proj", self.q_size, h, True)]
+        v_dim: int = self.v_head_dim  # type: ignore[assignment]
         out: list[tuple[str, int, int, bool]] = []
         if self.q_lora_rank:
             out += [("q_down_proj", h, self.q_lora_rank, False),
@@ -215,7 +216,7 @@ class ModelSpec:
         else:
             out.append(("q_proj", h, self.q_size, True))
         out += [("kv_down_proj", h, self.kv_lora_rank + self.qk_rope_head_dim, False),
-                ("kv_up_proj", self.kv_lora_rank, heads * (self.qk_nope_head_dim + self.v_head_dim), True),  # type: ignore[operator]
+                ("kv_up_proj", self.kv_lora_rank, heads * (self.qk_nope_head_dim + v_dim), True),
                 ("out_proj", self.out_proj_size, h, True)]
         return out
 
