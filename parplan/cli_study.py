@@ -2,19 +2,38 @@
 
 ``register(subparsers)`` adds the ``study`` command to ``parplan.cli``'s parser.
 ``SpecError`` (a bad study file or argument) propagates to ``parplan.cli.main``,
-which prints it on one line and exits with 2. ``python -m parplan.cli_study``
-runs the same subcommands without the rest of the CLI.
+which prints it on one line and exits with 2. Ctrl-C in ``run`` or ``worker``
+prints one line and exits with 130: everything stored so far is kept, and the
+same command resumes. ``python -m parplan.cli_study`` runs the same subcommands
+without the rest of the CLI.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-EXIT_OK, EXIT_USAGE, EXIT_UNFINISHED = 0, 2, 1
+EXIT_OK, EXIT_USAGE, EXIT_UNFINISHED, EXIT_INTERRUPTED = 0, 2, 1, 130
+"""130 = 128 + SIGINT, what shells report for a command ended by Ctrl-C."""
+
+
+def _resumable(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Ctrl-C ends ``command`` with one line and exit 130 instead of a traceback (the next run resumes)."""
+
+    @functools.wraps(command)
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except KeyboardInterrupt:
+            sys.stderr.write("parplan: interrupted; rerun the same command to resume\n")
+            sys.stderr.flush()
+            return EXIT_INTERRUPTED
+
+    return wrapper
 
 
 def register(subparsers: Any) -> None:
@@ -71,6 +90,7 @@ def _out_dir(args: argparse.Namespace, spec: Any) -> Path:
     return Path(f"study-{spec.name}")
 
 
+@_resumable
 def cmd_run(args: argparse.Namespace) -> int:
     from studies.claims import DEFAULT_TTL_S
     from studies.runner import run_study
@@ -85,12 +105,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = run_study(spec, out, storage=args.storage, n_jobs=args.n_jobs,
                         ttl_s=args.claim_ttl or DEFAULT_TTL_S)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(summary.counts.items()))
-    print(f"{len(summary.results)} problems ({counts}); {summary.searched} searched in "
-          f"{summary.elapsed_s:.1f} s; results in {summary.out_dir}")
+    print(f"{len(summary.results)} problems ({counts}); {summary.done_before} already done, {summary.searched} "
+          f"searched in {summary.elapsed_s:.1f} s; results in {summary.out_dir}")
     print(f"next: parplan study report {summary.out_dir}")
     return EXIT_OK
 
 
+@_resumable
 def cmd_worker(args: argparse.Namespace) -> int:
     from studies.claims import DEFAULT_TTL_S
     from studies.spec import load_study

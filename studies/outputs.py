@@ -2,23 +2,23 @@
 
 ::
 
+    DIR/.parplan-study    the marker: the study's name and the result files parplan wrote (see studies.folder)
     DIR/study.yaml        the resolved study (every model inline, every list expanded; loadable again)
     DIR/versions.json     Python, platform and the versions of every library the numbers depend on
     DIR/run.json          storage (password hidden), jobs, start/end, problems by status
     DIR/results/ID.json   one finished problem per file (written as each finishes)
     DIR/study.db          the default storage (SQLite): results, claims, Optuna trials
 
-Files are written to a temporary name and renamed, so a run killed mid-write
-never leaves a truncated file.
+Every write goes through :class:`~studies.folder.StudyFolder`: only into a
+folder parplan made or marked, never through a symlink, atomically. Only files
+parplan wrote are ever deleted (the marker lists them).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import platform
 import sys
-import tempfile
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
@@ -26,7 +26,9 @@ from typing import Any
 
 import yaml
 
-from studies.problems import Problem
+from costmodel.specs.errors import SpecError
+from studies.folder import StudyFolder
+from studies.problems import Problem, expand
 from studies.result import ProblemResult
 from studies.spec import StudySpec, load_study
 
@@ -34,24 +36,8 @@ STUDY_FILE = "study.yaml"
 VERSIONS_FILE = "versions.json"
 RUN_FILE = "run.json"
 RESULTS_DIR = "results"
-_UMASK = os.umask(0)
-os.umask(_UMASK)
 PACKAGES = ("parplan", "optuna", "numpy", "scipy", "scikit-learn", "joblib", "threadpoolctl", "pyyaml",
             "sqlalchemy", "aiconfigurator-core", "matplotlib", "psycopg", "psycopg-binary")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; outputs are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def versions() -> dict[str, Any]:
@@ -66,68 +52,105 @@ def versions() -> dict[str, Any]:
             "platform": platform.platform(), "machine": platform.machine(), "packages": found}
 
 
-def write_study(out_dir: Path, spec: StudySpec) -> None:
+def write_study(folder: StudyFolder, spec: StudySpec) -> None:
     """``study.yaml`` (resolved) and ``versions.json``."""
     source = "" if spec.source is None else f" from {spec.source}"
     header = (f"# Resolved study{source}: every model inline, every list expanded, every default filled.\n"
               f"# `parplan study run` on this file searches the same problems.\n")
-    write_atomic(out_dir / STUDY_FILE, header + yaml.safe_dump(spec.to_dict(), sort_keys=False))
-    write_atomic(out_dir / VERSIONS_FILE, json.dumps(versions(), indent=2) + "\n")
+    folder.write_text(STUDY_FILE, header + yaml.safe_dump(spec.to_dict(), sort_keys=False))
+    folder.write_text(VERSIONS_FILE, json.dumps(versions(), indent=2) + "\n")
 
 
-def write_run(out_dir: Path, info: dict[str, Any]) -> None:
+def write_run(folder: StudyFolder, info: dict[str, Any]) -> None:
     """Append this run's record to ``run.json`` (``{"runs": [...]}``: a resumed study keeps its history)."""
-    runs = read_runs(out_dir)
-    write_atomic(out_dir / RUN_FILE, json.dumps({"runs": [*runs, info]}, indent=2, default=str) + "\n")
+    runs = _runs(folder)
+    folder.write_text(RUN_FILE, json.dumps({"runs": [*runs, info]}, indent=2, default=str) + "\n")
 
 
-def read_runs(out_dir: Path) -> list[dict[str, Any]]:
+def read_runs(out_dir: str | Path) -> list[dict[str, Any]]:
     """Records of the runs into ``out_dir``, oldest first (empty when none or unreadable)."""
+    return _runs(StudyFolder.existing(out_dir))
+
+
+def _runs(folder: StudyFolder) -> list[dict[str, Any]]:
     try:
-        data = json.loads((out_dir / RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
+        data = json.loads(folder.read_text(RUN_FILE) or "{}")
+    except ValueError:
+        return []  # a history only: a damaged one is started afresh rather than stopping the study
     runs = data.get("runs") if isinstance(data, dict) else None
     return [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
 
 
-def result_path(out_dir: Path, result: ProblemResult) -> Path:
-    return out_dir / RESULTS_DIR / f"{result.problem}.json"
+def result_file(problem_id: str) -> str:
+    """``results/ID.json``, relative to the output folder."""
+    return f"{RESULTS_DIR}/{problem_id}.json"
 
 
-def write_result(out_dir: Path, result: ProblemResult) -> None:
-    write_atomic(result_path(out_dir, result), json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
+def write_result(folder: StudyFolder, result: ProblemResult) -> None:
+    folder.write_text(result_file(result.problem), json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n")
 
 
-def export_results(out_dir: Path, problems: Iterable[Problem], results: dict[str, ProblemResult]) -> int:
-    """Write every stored result of ``problems`` and drop result files of problems not in the study.
+def export_results(folder: StudyFolder, problems: Iterable[Problem], results: dict[str, ProblemResult]) -> int:
+    """Write every stored result of ``problems``; drop the result files parplan wrote that are no longer current.
 
-    ``results/`` belongs to parplan: a file there whose problem left the study
-    (or whose inputs changed) would otherwise show up in the report.
+    A file of a problem that left the study, or whose inputs changed and has no
+    result yet, would otherwise show up in the report. Only files the marker
+    lists (parplan wrote them) are deleted; anything else in ``results/`` stays.
     """
-    folder = out_dir / RESULTS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    keep = set()
+    keep = []
     for p in problems:
         r = results.get(p.key)
         if r is not None:
-            write_result(out_dir, r)
-            keep.add(f"{r.problem}.json")
-    for path in folder.glob("*.json"):
-        if path.name not in keep:
-            path.unlink()
+            write_result(folder, r)
+            keep.append(r.problem)
+    for stale in sorted(folder.written_results() - set(keep)):
+        folder.remove(result_file(stale))
+    folder.write_marker(keep)
     return len(keep)
 
 
-def read_study(out_dir: Path) -> StudySpec:
-    """The resolved study of an output folder."""
-    return load_study(out_dir / STUDY_FILE)
+def read_study(out_dir: str | Path) -> StudySpec:
+    """The resolved study of an output folder.
+
+    Raises
+    ------
+    SpecError
+        If the folder is not a study output folder (no marker) or its ``study.yaml`` is missing or a symlink.
+    """
+    folder = StudyFolder.existing(out_dir)
+    if folder.read_text(STUDY_FILE) is None:  # also refuses a symlinked or special study.yaml
+        raise SpecError("out", str(folder.path), f"a study output folder (with {STUDY_FILE}, from "
+                                                 f"`parplan study run`)")
+    return load_study(folder.path / STUDY_FILE)
 
 
-def read_results(out_dir: Path) -> dict[str, ProblemResult]:
-    """Result files of an output folder by problem id."""
+def read_results(out_dir: str | Path, problems: Iterable[Problem] | None = None) -> dict[str, ProblemResult]:
+    """The result files of ``problems`` (default: the folder's study) by problem id; missing ones left out.
+
+    Only ``results/ID.json`` of the study's problems are read: other files a user
+    keeps in ``results/`` are not parplan's and are never parsed.
+
+    Raises
+    ------
+    SpecError
+        If a result file is not a result parplan wrote (damaged or edited): ``parplan study run`` rewrites it
+        from the storage.
+    """
+    folder = StudyFolder.existing(out_dir)
+    if problems is None:
+        problems = expand(read_study(out_dir), check_profile=False)
     out = {}
-    for path in sorted((out_dir / RESULTS_DIR).glob("*.json")):
-        r = ProblemResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        out[r.problem] = r
+    for p in problems:
+        name = result_file(p.id)
+        text = folder.read_text(name)
+        if text is None:
+            continue
+        try:
+            r = ProblemResult.from_dict(json.loads(text))
+            if r.problem != p.id:
+                raise ValueError(f"the file holds problem {r.problem!r}")
+        except (ValueError, TypeError, AttributeError):
+            raise SpecError("results", str(folder.path / name), "a result file written by parplan (rerun "
+                                                                "`parplan study run` to rewrite it)") from None
+        out[p.id] = r
     return out

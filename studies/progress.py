@@ -1,13 +1,15 @@
-"""Progress of a study on stderr: problems done / total, a bar, elapsed time and ETA.
+"""Progress of a study on stderr: problems done / total, a bar, elapsed time, ETA and the last problem finished.
 
-On a terminal the line is redrawn in place and each finished problem is
-printed above it; elsewhere (CI logs, files) every update is one plain line.
-The ETA assumes the problems left take as long on average as the ones this run
-finished (problems found already done are not counted: they took no time).
+On a terminal it is one status line, redrawn in place and cut to the
+terminal's width; when stderr is not a terminal (CI logs, files, pipes) nothing
+is written: the command's summary on stdout says what happened. The ETA assumes
+the problems left take as long on average as the ones this run finished
+(problems found already done are not counted: they took no time).
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from typing import TextIO
@@ -37,7 +39,7 @@ def summary(result: ProblemResult) -> str:
 
 
 class Progress:
-    """Counts finished problems of a study and reports on ``stream``.
+    """Counts finished problems of a study and shows them on ``stream`` when it is a terminal.
 
     Parameters
     ----------
@@ -49,13 +51,19 @@ class Progress:
         Usually ``sys.stderr``.
     now : callable
         Monotonic clock (tests pass a fake one).
+    live : bool, optional
+        Draw the status line; default: whether ``stream`` is a terminal.
     """
 
-    def __init__(self, total: int, done: int, stream: TextIO, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, total: int, done: int, stream: TextIO, now: Callable[[], float] = time.monotonic,
+                 live: bool | None = None) -> None:
         self.total, self.done, self.stream, self._now = total, done, stream, now
         self.solved = 0
         self.start = now()
-        self.live = bool(getattr(stream, "isatty", lambda: False)())
+        self.last = f"{done} already done, {total - done} to search"
+        self.live = bool(getattr(stream, "isatty", lambda: False)()) if live is None else live
+        self._drawn = False
+        self.draw()
 
     @property
     def elapsed_s(self) -> float:
@@ -71,29 +79,30 @@ class Progress:
         frac = self.done / self.total if self.total else 1.0
         filled = int(round(frac * BAR_WIDTH))
         return (f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {self.done}/{self.total} problems "
-                f"({100 * frac:.0f}%)  elapsed {clock(self.elapsed_s)}  ETA {clock(self.eta_s)}")
-
-    def start_line(self) -> None:
-        left = self.total - self.done
-        self._emit(f"study: {self.total} problems, {self.done} already done, {left} to search")
+                f"({100 * frac:.0f}%)  elapsed {clock(self.elapsed_s)}  ETA {clock(self.eta_s)}  {self.last}")
 
     def finished(self, result: ProblemResult, searched_here: bool = True) -> None:
         """Count one more finished problem (``searched_here``: by this run, so it counts for the ETA)."""
         self.done += 1
         self.solved += int(searched_here)
-        self._emit(f"{result.problem}: {summary(result)}", with_status=True)
+        self.last = f"{result.problem}: {summary(result)}"
+        self.draw()
 
     def note(self, text: str) -> None:
-        self._emit(text, with_status=True)
+        self.last = text
+        self.draw()
+
+    def draw(self) -> None:
+        if not self.live:
+            return
+        width = shutil.get_terminal_size().columns - 1  # the last column would wrap on some terminals
+        self.stream.write("\r\033[K" + self.status_line()[:max(width, 20)])
+        self.stream.flush()
+        self._drawn = True
 
     def close(self) -> None:
-        if self.live:
+        """End the status line (it stays on screen as the run's last state)."""
+        if self.live and self._drawn:
             self.stream.write("\n")
             self.stream.flush()
-
-    def _emit(self, text: str, with_status: bool = False) -> None:
-        if self.live:
-            self.stream.write("\r\033[K" + text + "\n" + (self.status_line() if with_status else ""))
-        else:
-            self.stream.write((self.status_line() + "  " if with_status else "") + text + "\n")
-        self.stream.flush()
+            self._drawn = False

@@ -10,11 +10,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from costmodel.specs.errors import SpecError
-from studies.outputs import STUDY_FILE, VERSIONS_FILE, read_results, read_runs, read_study, write_atomic
+from studies.folder import StudyFolder
+from studies.outputs import VERSIONS_FILE, read_results, read_runs, read_study
 from studies.problems import Problem, expand
 from studies.result import BREAKDOWN_KEYS, ProblemResult
 from studies.spec import StudySpec
@@ -50,7 +53,7 @@ def table_row(problem: Problem, result: ProblemResult | None) -> dict[str, Any]:
 
 def table(spec: StudySpec, results: dict[str, ProblemResult]) -> list[dict[str, Any]]:
     """One row per problem of ``spec``, in study order (results matched by problem id)."""
-    return [table_row(p, results.get(p.id)) for p in expand(spec)]
+    return [table_row(p, results.get(p.id)) for p in expand(spec, check_profile=False)]
 
 
 def to_csv(rows: list[dict[str, Any]]) -> str:
@@ -68,34 +71,47 @@ def write_report(out_dir: Path) -> list[Path]:
     Raises
     ------
     SpecError
-        If ``out_dir`` is not a study output folder.
+        If ``out_dir`` is not a study output folder, a file parplan reads there is a symlink, or a
+        result file is damaged (``parplan study run`` rewrites it from the storage).
     """
-    from studies.plots import write_plots
-
-    if not (out_dir / STUDY_FILE).is_file():
-        raise SpecError("DIR", str(out_dir), f"a study output folder (with {STUDY_FILE}, from `parplan study run`)")
-    spec = read_study(out_dir)
-    results = read_results(out_dir)
+    folder = StudyFolder.existing(out_dir)
+    spec = read_study(folder.path)
+    problems = expand(spec, check_profile=False)
+    results = read_results(folder.path, problems)
     rows = table(spec, results)
-    folder = out_dir / REPORT_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    written = [folder / "results.csv", folder / "results.json"]
-    write_atomic(written[0], to_csv(rows))
-    meta = _read_json(out_dir / VERSIONS_FILE)
-    runs = read_runs(out_dir)
-    write_atomic(written[1], json.dumps({"study": spec.name, "description": spec.description,
-                                         "columns": list(COLUMNS), "rows": rows, "versions": meta, "runs": runs},
-                                        indent=2) + "\n")
-    plots = write_plots(spec, rows, results, folder)
-    markdown = folder / "report.md"
-    write_atomic(markdown, render_markdown(spec, rows, plots, meta, runs))
+    meta = _read_json(folder, VERSIONS_FILE)
+    runs = read_runs(folder.path)
+    written = [folder.write_text(f"{REPORT_DIR}/results.csv", to_csv(rows)),
+               folder.write_text(f"{REPORT_DIR}/results.json",
+                                 json.dumps({"study": spec.name, "description": spec.description,
+                                             "columns": list(COLUMNS), "rows": rows, "versions": meta,
+                                             "runs": runs}, indent=2) + "\n")]
+    plots = _write_plots(folder, spec, rows, results)
+    markdown = folder.write_text(f"{REPORT_DIR}/report.md", render_markdown(spec, rows, plots, meta, runs))
     return [*written, markdown, *plots]
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _write_plots(folder: StudyFolder, spec: StudySpec, rows: list[dict[str, Any]],
+                 results: dict[str, ProblemResult]) -> list[Path]:
+    """The PNGs, drawn in a private temporary folder and moved into ``report/`` like every other file.
+
+    matplotlib opens its file by path; drawing into a folder only this process knows keeps it from
+    following a link planted in ``report/``.
+    """
+    from studies.plots import write_plots
+
+    with tempfile.TemporaryDirectory(prefix="parplan-plots-") as tmp:
+        drawn = write_plots(spec, rows, results, Path(tmp))
+        plots = [folder.write_bytes(f"{REPORT_DIR}/{p.name}", p.read_bytes()) for p in drawn]
+    for name in sorted({f"{stem}.png" for stem in _PLOT_TITLES} - {p.name for p in plots}):
+        folder.remove(f"{REPORT_DIR}/{name}")  # a stale plot (e.g. a Pareto front) from an earlier report misleads
+    return plots
+
+
+def _read_json(folder: StudyFolder, name: str) -> dict[str, Any]:
     try:
-        return dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
+        return dict(json.loads(folder.read_text(name) or "{}"))
+    except (ValueError, TypeError):
         return {}
 
 

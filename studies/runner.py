@@ -9,6 +9,10 @@ mid-search is searched again from its first trial. (A seeded TPE search cannot
 be continued half-way and give the trials an uninterrupted one gives, so
 restarting the problem is what makes a resumed study equal an uninterrupted
 one; at most ``n_jobs`` problems' work is lost.)
+
+The output folder is claimed before anything else (see :mod:`studies.folder`):
+a new or empty folder, or one an earlier run of the same study marked; the
+study's problems and its profile are checked before the first search.
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ from typing import Any, TextIO
 from joblib import Parallel, delayed
 
 from studies.claims import DEFAULT_TTL_S, holders
+from studies.folder import StudyFolder
 from studies.outputs import export_results, write_run, write_study
 from studies.problems import Problem, expand
 from studies.progress import Progress, clock
 from studies.result import ProblemResult
 from studies.spec import StudySpec
-from studies.store import default_url, redact
+from studies.store import DEFAULT_DB, default_url, redact
 from studies.work import DEFAULT_POLL_S, attempt, store_for
 
 
@@ -42,6 +47,8 @@ class RunSummary:
     results: tuple[ProblemResult, ...]
     searched: int
     elapsed_s: float
+    done_before: int = 0
+    """Problems that had a result when the run started."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -62,7 +69,8 @@ def run_study(spec: StudySpec, out_dir: str | Path, *, storage: str | None = Non
     ----------
     spec : StudySpec
     out_dir : path
-        Output folder (created); holds ``study.db`` unless ``storage`` is given.
+        Output folder: created, or an empty one, or one an earlier run of this study marked; holds
+        ``study.db`` unless ``storage`` is given.
     storage : str, optional
         Database URL shared with other workers (``postgresql://...``).
     n_jobs : int
@@ -70,41 +78,55 @@ def run_study(spec: StudySpec, out_dir: str | Path, *, storage: str | None = Non
     ttl_s, poll_s : float
         Claim lifetime without heartbeat; wait between polls for problems other workers hold.
     stream : text stream
-        Where progress goes.
+        Where progress goes (one status line, only when it is a terminal).
+
+    Raises
+    ------
+    SpecError
+        If the output folder is not one parplan may write (see :class:`~studies.folder.StudyFolder`),
+        the storage is malformed or damaged, two problems share an id or the profile is missing.
     """
-    out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    # Bad model names, a missing profile and a bad storage URL fail here, before the folder is touched.
+    problems = expand(spec)
+    if storage is not None:
+        store_for(storage)
+    folder = StudyFolder.claim(out_dir, spec.name)
+    out = folder.path
+    if storage is None:
+        for name in (DEFAULT_DB, f"{DEFAULT_DB}-wal", f"{DEFAULT_DB}-shm"):
+            folder.require_no_symlink(name)  # SQLite opens these by path and would follow a link
     url = storage or default_url(out)
     started = datetime.now(UTC)
     store = store_for(url)
-    write_study(out, spec)
-    problems = expand(spec)
+    write_study(folder, spec)
     keys = [p.key for p in problems]
-    progress = Progress(len(problems), len(store.done_keys(keys)), stream or sys.stderr)
-    progress.start_line()
+    done = store.done_keys(keys)
+    progress = Progress(len(problems), len(done), stream or sys.stderr)
     searched = 0
-    pending = sorted((p for p in problems if p.key not in store.done_keys(keys)), key=_largest_first)
-    while pending:
-        tasks = (delayed(attempt)(p, url, spec.top_k, ttl_s, str(out)) for p in pending)
-        busy = []
-        for a in Parallel(n_jobs=n_jobs, return_as="generator_unordered", batch_size=1)(tasks):
-            if a.outcome == "busy" or a.result is None:
-                busy.append(a.key)
-                continue
-            searched += int(a.outcome == "searched")
-            progress.finished(a.result, searched_here=a.outcome == "searched")
-        pending = [p for p in pending if p.key in busy and p.key not in store.done_keys([p.key])]
-        if pending:
-            left = min((s for _, s in holders(store, [p.key for p in pending]).values()), default=0.0)
-            progress.note(f"{len(pending)} problem(s) held by other workers; next claim expires in "
-                          f"{clock(max(0.0, left))}")
-            time.sleep(poll_s)
-    progress.close()
+    pending = sorted((p for p in problems if p.key not in done), key=_largest_first)
+    try:  # the status line ends on a new line even when a Ctrl-C ends the run
+        while pending:
+            tasks = (delayed(attempt)(p, url, spec.top_k, ttl_s, str(out)) for p in pending)
+            busy = []
+            for a in Parallel(n_jobs=n_jobs, return_as="generator_unordered", batch_size=1)(tasks):
+                if a.outcome == "busy" or a.result is None:
+                    busy.append(a.key)
+                    continue
+                searched += int(a.outcome == "searched")
+                progress.finished(a.result, searched_here=a.outcome == "searched")
+            pending = [p for p in pending if p.key in busy and p.key not in store.done_keys([p.key])]
+            if pending:
+                left = min((s for _, s in holders(store, [p.key for p in pending]).values()), default=0.0)
+                progress.note(f"{len(pending)} problem(s) held by other workers; next claim expires in "
+                              f"{clock(max(0.0, left))}")
+                time.sleep(poll_s)
+    finally:
+        progress.close()
     stored = store.results(keys)
-    export_results(out, problems, stored)
+    export_results(folder, problems, stored)
     results = tuple(stored[k] for k in keys if k in stored)
-    summary = RunSummary(out, url, results, searched, progress.elapsed_s)
-    write_run(out, _run_info(summary, n_jobs, started))
+    summary = RunSummary(out, url, results, searched, progress.elapsed_s, len(done))
+    write_run(folder, _run_info(summary, n_jobs, started))
     return summary
 
 

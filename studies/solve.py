@@ -26,7 +26,7 @@ from threadpoolctl import threadpool_limits
 from costmodel.specs.errors import SpecError
 from search import Evaluator, SearchResult, build_space, contract_prediction, explain_infeasible, make_searcher
 from search import strategy_label as label_of
-from studies.problems import Problem
+from studies.problems import Problem, profile_hash
 from studies.result import ProblemResult
 
 EXPLAIN_LIMIT_FACTOR = 64
@@ -67,7 +67,18 @@ def search(problem: Problem) -> tuple[SearchResult, tuple[optuna.trial.FrozenTri
 
 
 def solve(problem: Problem, top_k: int = 5, worker: str = "") -> Solved:
-    """Search ``problem``; every outcome, failures included, becomes a result."""
+    """Search ``problem``; every outcome, failures included, becomes a result.
+
+    Raises
+    ------
+    SpecError
+        If the study's profile changed or went missing since the problem was keyed: that is no outcome
+        of the problem, and storing it would keep a result the next run cannot correct.
+    """
+    if problem.profile_hash is not None and profile_hash(problem.search) != problem.profile_hash:
+        raise SpecError("search.profile", problem.search.profile,
+                        "the profile the run started with (its tables changed during the run; rerun to search "
+                        "with the new ones)")
     start, cpu = time.perf_counter(), time.process_time()
     base: dict[str, Any] = {"key": problem.key, **problem.describe(), "sampler": problem.search.sampler,
                             "objective": problem.search.objective, "worker": worker}

@@ -103,7 +103,7 @@ def make_engine(url: str) -> sa.engine.Engine:
         kwargs: dict[str, Any] = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}} if is_sqlite else \
             {"pool_pre_ping": True}
         engine = sa.create_engine(url, **kwargs)
-    except sa.exc.ArgumentError:
+    except (sa.exc.ArgumentError, ValueError):  # ValueError: e.g. a port that is not a number
         raise SpecError("storage", redact(url), "a database URL (sqlite:///path.db or "
                                                 "postgresql://user:password@host/db)") from None
     except ImportError as exc:
@@ -133,16 +133,43 @@ class StudyStore:
     """
 
     def __init__(self, url: str) -> None:
-        parsed = sa.engine.make_url(url) if "://" in url else None
-        if parsed is not None and parsed.get_backend_name() == "sqlite" and parsed.database:
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         self.url = url
         self.engine = make_engine(url)
+        if self.engine.dialect.name == "sqlite":
+            database = self.engine.url.database
+            if not database or database == ":memory:":
+                raise SpecError("storage", url, "a SQLite file (sqlite:///path.db) or a server: an in-memory "
+                                                "database is lost when the run ends")
+            try:
+                Path(database).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SpecError("storage", url, f"a SQLite file in a folder parplan can create ({exc.strerror})") \
+                    from None
+            self._check_sqlite(Path(database))
         try:
             retry(lambda: metadata.create_all(self.engine, checkfirst=True))
         except SQLAlchemyError as exc:
             raise SpecError("storage", redact(url), f"a reachable database ({_first_line(exc)})") from None
         self._clock_offset = self._measure_clock_offset()
+
+    def _check_sqlite(self, path: Path) -> None:
+        """``PRAGMA quick_check`` on an existing SQLite file before anything is resumed from it.
+
+        A damaged file (a disk error, a copy taken mid-write) would otherwise fail half-way through
+        a run or, worse, answer from damaged pages.
+        """
+        if not path.is_file() or path.stat().st_size == 0:
+            return
+        try:
+            with self.engine.connect() as conn:
+                rows = [str(r) for r in conn.execute(sa.text("PRAGMA quick_check")).scalars().all()]
+        except SQLAlchemyError as exc:
+            rows = [_first_line(exc)]
+        if rows != ["ok"]:
+            self.engine.dispose()
+            raise SpecError("storage", str(path), f"an intact SQLite database (quick_check says: {rows[0][:80]}); "
+                                                  f"to recover, remove {path.name} and rerun: results/ are kept, "
+                                                  "the problems are searched again")
 
     # -- time ------------------------------------------------------------------------------------
     def _measure_clock_offset(self) -> float:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from studies.claims import DEFAULT_TTL_S, Heartbeat, Owner, holders, release, try_claim
+from studies.folder import StudyFolder
 from studies.outputs import export_results, write_result
 from studies.problems import Problem, expand
 from studies.progress import Progress
@@ -73,7 +74,7 @@ def attempt(problem: Problem, url: str, top_k: int = 5, ttl_s: float = DEFAULT_T
     finally:
         release(store, key, owner)
     if out_dir is not None:
-        write_result(Path(out_dir), stored)
+        write_result(StudyFolder.existing(out_dir), stored)
     return Attempt(key, problem.id, "searched", stored, beat.lost.is_set())
 
 
@@ -87,36 +88,39 @@ def run_worker(spec: StudySpec, url: str, *, out_dir: Path | None = None, top_k:
     ``poll_s`` seconds until they finish or their claims expire (their worker
     died), then takes them over.
     """
+    problems = expand(spec)  # bad model names and a missing profile fail before any search
     store = store_for(url)
-    problems = expand(spec)
+    folder = None if out_dir is None else StudyFolder.claim(out_dir, spec.name)
     keys = [p.key for p in problems]
     k = spec.top_k if top_k is None else top_k
     progress = Progress(len(problems), len(store.done_keys(keys)), stream or sys.stderr)
     progress.note(f"worker {Owner.current()} on {redact(url)}: {progress.total - progress.done} of "
                   f"{progress.total} problems left")
     searched = 0
-    while max_problems is None or searched < max_problems:
-        done = store.done_keys(keys)
-        pending = [p for p in problems if p.key not in done]
-        if not pending:
-            break
-        moved = False
-        for p in pending:
-            a = attempt(p, url, k, ttl_s, None if out_dir is None else str(out_dir))
-            if a.outcome == "searched" and a.result is not None:
-                searched += 1
-                moved = True
-                progress.done = len(store.done_keys(keys)) - 1
-                progress.finished(a.result)
-                if max_problems is not None and searched >= max_problems:
-                    break
-        if not moved:
-            claims = holders(store, [p.key for p in pending])
-            soonest = min((left for _, left in claims.values()), default=0.0)
-            progress.note(f"{len(pending)} problem(s) held by other workers; next claim expires in "
-                          f"{max(0.0, soonest):.0f} s")
-            time.sleep(poll_s)
-    if out_dir is not None:
-        export_results(out_dir, problems, store.results(keys))
-    progress.close()
+    try:
+        while max_problems is None or searched < max_problems:
+            done = store.done_keys(keys)
+            pending = [p for p in problems if p.key not in done]
+            if not pending:
+                break
+            moved = False
+            for p in pending:
+                a = attempt(p, url, k, ttl_s, None if folder is None else str(folder.path))
+                if a.outcome == "searched" and a.result is not None:
+                    searched += 1
+                    moved = True
+                    progress.done = len(store.done_keys(keys)) - 1
+                    progress.finished(a.result)
+                    if max_problems is not None and searched >= max_problems:
+                        break
+            if not moved:
+                claims = holders(store, [p.key for p in pending])
+                soonest = min((left for _, left in claims.values()), default=0.0)
+                progress.note(f"{len(pending)} problem(s) held by other workers; next claim expires in "
+                              f"{max(0.0, soonest):.0f} s")
+                time.sleep(poll_s)
+    finally:
+        progress.close()
+    if folder is not None:
+        export_results(folder, problems, store.results(keys))
     return searched

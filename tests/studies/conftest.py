@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import uuid
 from collections.abc import Iterator
@@ -45,6 +46,13 @@ def _no_server(reason: str) -> None:
     if os.environ.get(REQUIRE_ENV) == "1":
         pytest.fail(f"{reason} (and {REQUIRE_ENV}=1)")
     pytest.skip(reason)
+
+
+class Terminal(io.StringIO):
+    """A text stream that says it is a terminal (progress is drawn only on one)."""
+
+    def isatty(self) -> bool:
+        return True
 
 
 def write_study(folder: Path, data: dict[str, Any], name: str = "study.yaml") -> Path:

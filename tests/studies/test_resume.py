@@ -51,7 +51,7 @@ def test_kill_9_then_rerun_resumes_and_equals_an_uninterrupted_run(tmp_path: Pat
     second = subprocess.run(_command(study, out), capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
     assert time.monotonic() - start < 60  # the killed run's claims were taken over at once, not after expiry
-    assert f"{done_at_kill} already done, {total - done_at_kill} to search" in second.stderr
+    assert f"{done_at_kill} already done, {total - done_at_kill} searched" in second.stdout
 
     store = StudyStore(default_url(out))
     resumed = store.results()

@@ -44,11 +44,9 @@ def test_every_trial_is_kept_as_an_optuna_study(tiny_reference: tuple[StudySpec,
 
 def test_rerun_searches_nothing(tiny_reference: tuple[StudySpec, RunSummary]) -> None:
     spec, first = tiny_reference
-    stream = io.StringIO()
-    again = run_study(spec, first.out_dir, n_jobs=1, stream=stream)
-    assert again.searched == 0
+    again = run_study(spec, first.out_dir, n_jobs=1, stream=io.StringIO())
+    assert again.searched == 0 and again.done_before == 4
     assert comparable(again.results) == comparable(first.results)
-    assert "4 already done, 0 to search" in stream.getvalue()
     assert len(read_runs(first.out_dir)) >= 2
 
 
@@ -69,8 +67,7 @@ def test_changed_settings_search_again_into_the_same_folder(tmp_path: Path,
 
 def test_failing_problems_are_recorded_and_do_not_stop_the_study(tmp_path: Path) -> None:
     spec = load_study(write_study(tmp_path, FAILING))
-    stream = io.StringIO()
-    summary = run_study(spec, tmp_path / "out", n_jobs=1, stream=stream)
+    summary = run_study(spec, tmp_path / "out", n_jobs=1, stream=io.StringIO())
     by_id = {r.problem: r for r in summary.results}
     assert len(by_id) == 4
     ok = by_id["gpt3-350m_a100-sxm4-40gb_8g_b64_s2048"]
@@ -81,7 +78,6 @@ def test_failing_problems_are_recorded_and_do_not_stop_the_study(tmp_path: Path)
     invalid = by_id["gpt3-350m_a100-sxm4-40gb_12g_b64_s2048"]
     assert invalid.status == "invalid" and "num_gpus" in invalid.reason or "node" in invalid.reason
     assert summary.counts == {"ok": 1, "infeasible": 1, "invalid": 2}
-    assert "infeasible: No strategy fits" in stream.getvalue()
     again = run_study(spec, tmp_path / "out", n_jobs=1, stream=io.StringIO())
     assert again.searched == 0  # a failure is a result: not searched again
 
