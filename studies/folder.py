@@ -231,6 +231,14 @@ class StudyFolder:
         except FileNotFoundError:
             pass
 
+    def require_subfolder(self, relative: str) -> None:
+        """Refuse ``relative`` when it exists and is not a real folder (a symlink, a file)."""
+        try:
+            with self._dir(relative):
+                pass
+        except FileNotFoundError:
+            pass
+
     def require_no_symlink(self, relative: str) -> None:
         """Refuse ``relative`` when it is a symlink (for files opened by other libraries, e.g. SQLite)."""
         parent, _, name = relative.rpartition("/")

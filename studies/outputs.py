@@ -149,8 +149,9 @@ def read_results(out_dir: str | Path, problems: Iterable[Problem] | None = None)
             r = ProblemResult.from_dict(json.loads(text))
             if r.problem != p.id:
                 raise ValueError(f"the file holds problem {r.problem!r}")
-        except (ValueError, TypeError, AttributeError):
-            raise SpecError("results", str(folder.path / name), "a result file written by parplan (rerun "
-                                                                "`parplan study run` to rewrite it)") from None
+        except (ValueError, TypeError, AttributeError) as exc:
+            # The file is named in the field: a long folder path in the value would be cut to 80 characters.
+            raise SpecError(name, f"{type(exc).__name__}: {exc}", "a result file written by parplan (rerun "
+                                                                 "`parplan study run` to rewrite it)") from None
         out[p.id] = r
     return out

@@ -75,6 +75,7 @@ def write_report(out_dir: Path) -> list[Path]:
         result file is damaged (``parplan study run`` rewrites it from the storage).
     """
     folder = StudyFolder.existing(out_dir)
+    folder.require_subfolder(REPORT_DIR)  # before any work: a symlinked report/ is refused, not followed
     spec = read_study(folder.path)
     problems = expand(spec, check_profile=False)
     results = read_results(folder.path, problems)

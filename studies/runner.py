@@ -29,7 +29,7 @@ from joblib import Parallel, delayed
 
 from studies.claims import DEFAULT_TTL_S, holders
 from studies.folder import StudyFolder
-from studies.outputs import export_results, write_run, write_study
+from studies.outputs import RESULTS_DIR, export_results, write_run, write_study
 from studies.problems import Problem, expand
 from studies.progress import Progress, clock
 from studies.result import ProblemResult
@@ -92,6 +92,7 @@ def run_study(spec: StudySpec, out_dir: str | Path, *, storage: str | None = Non
         store_for(storage)
     folder = StudyFolder.claim(out_dir, spec.name)
     out = folder.path
+    folder.require_subfolder(RESULTS_DIR)  # refused now rather than after the first search
     if storage is None:
         for name in (DEFAULT_DB, f"{DEFAULT_DB}-wal", f"{DEFAULT_DB}-shm"):
             folder.require_no_symlink(name)  # SQLite opens these by path and would follow a link
