@@ -23,7 +23,7 @@ this module only schedules them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 __all__ = [
@@ -105,10 +105,19 @@ DEEPSPEED_ZERO3: Final = ShardingSettings(prefetch_params=5e7, prefetch_whole_un
 
 
 def sharding_settings(run: Any) -> ShardingSettings:
-    """The ZeRO-3 settings of ``run``: its ``framework``'s when it has one, else FSDP2's."""
+    """The ZeRO-3 settings of ``run``'s framework (``costmodel.specs.framework.Framework``).
+
+    The implementation (``fsdp_implementation``) picks the prefetch mechanism: Megatron-FSDP and
+    DeepSpeed bound theirs by parameter elements (above, read from their code), FSDP2 and GSPMD
+    by layers (``fsdp_prefetch_layers``). The reduce dtype is the framework's ``grad_reduce_bytes``.
+    Without a framework: FSDP2.
+    """
     framework = getattr(run, "framework", None)
-    sharding = getattr(framework, "sharding", None)
-    return sharding if isinstance(sharding, ShardingSettings) else FSDP2
+    if framework is None:
+        return FSDP2
+    base = {"megatron-fsdp": MEGATRON_FSDP, "deepspeed-zero3": DEEPSPEED_ZERO3}.get(
+        framework.fsdp_implementation, replace(FSDP2, prefetch_layers=float(framework.fsdp_prefetch_layers)))
+    return replace(base, reduce_bytes=framework.grad_reduce_bytes)
 
 
 def prefetch_layers(settings: ShardingSettings, layer_params: float) -> float:
