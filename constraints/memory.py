@@ -205,7 +205,9 @@ def model_state_bytes(run: RunSpec, stage: int) -> tuple[float, float, float, fl
         # Under ZeRO-3 the copies are of gathered weights and freed with them (Megatron-FSDP
         # keep_fp8_transpose_cache = False), so they are not persistent.
         gemm = dense - embedding_params_per_gpu(model, s, stage) + expert
-        weights += gemm * fp8_weight_copy_bytes(fw, run.cluster.gpu.name)
+        fp8 = fp8_weight_copy_bytes(fw, run.cluster.gpu.name)
+        # --fp8-param-gather: the FP8 tensor *is* the parameter, replacing its 16-bit copy
+        weights += gemm * (fp8 - weight_bytes if fw.fp8_param_gather and fw.separate_master_weights else fp8)
     grads = sharded(dense, grad_bytes, shards_dense, 2) + sharded(expert, grad_bytes, shards_expert, 2)
     optim = sharded(dense, optim_bytes, shards_dense, 1) + sharded(expert, optim_bytes, shards_expert, 1)
     # Korthikanti et al. 2022 Figure 1 convention: 18 bytes x 12 l h^2 / (tp pp), unsharded.

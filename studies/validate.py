@@ -16,6 +16,7 @@ import numpy as np
 from costmodel.flops import model_flops_per_step
 from costmodel.predict import predict_run
 from costmodel.specs.errors import SpecError
+from costmodel.specs.framework import framework_for_label
 from costmodel.specs.runspec import RunSpec, read_structured_file, run_spec_from_mapping
 
 ENTRY_KEYS = {"id", "source", "unstated", "framework", "run", "measured"}
@@ -42,6 +43,15 @@ def load_validation_set(path: str | Path) -> list[dict[str, Any]]:
         if not isinstance(measured, (int, float)) or measured <= 0:
             raise SpecError(f"validation set[{i}].measured.step_time_s", measured, "a positive number")
     return data
+
+
+def _with_row_framework(entry: dict[str, Any]) -> Any:
+    """The entry's run, launched under the framework its ``framework`` label names (the run's own wins)."""
+    run = entry["run"]
+    name = framework_for_label(entry.get("framework"))
+    if not isinstance(run, dict) or "framework" in run or name is None:
+        return run
+    return {**run, "framework": name}
 
 
 def constant_mfu_step(run: RunSpec, mfu: float) -> float:
@@ -73,12 +83,13 @@ def validate(entries: Sequence[dict[str, Any]], base_dir: Path | None = None,
         row: dict[str, Any] = {"id": entry["id"], "source": entry.get("source", ""),
                                "measured_step_time_s": meas}
         try:
-            run = run_spec_from_mapping(entry["run"], base_dir)
+            run = run_spec_from_mapping(_with_row_framework(entry), base_dir)
             pred = predict_run(run, profile_dir)
         except (SpecError, KeyError, ValueError) as exc:
             row.update({"predicted_step_time_s": None, "error": None, "fits": None, "reason": str(exc)})
             rows.append(row)
             continue
+        row["framework"] = run.framework.name
         row.update({"predicted_step_time_s": pred["step_time_s"],
                     "error": (pred["step_time_s"] - meas) / meas, "fits": pred["fits"]})
         if "step_time_s_interval" in pred:

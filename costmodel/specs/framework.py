@@ -73,6 +73,9 @@ class Framework:
     fp8_weight_cache: bool = True
     """Whether FP8 copies of the weights persist across micro-batches (Transformer Engine's weight
     workspace, refreshed on the first micro-batch) rather than being cast per forward."""
+    fp8_param_gather: bool = False
+    """Whether FP8 runs keep the GEMM weights themselves in FP8 (no 16-bit copy; the fp32 master
+    stays in the optimizer) and all-gather them in FP8. Megatron-LM ``--fp8-param-gather``."""
     zero_stages: tuple[int, ...] = (0, 1, 3)
     """ZeRO stages the framework implements (1 = distributed optimizer, 3 = FSDP)."""
     zero_stages_with_pp: tuple[int, ...] = (0, 1, 3)
@@ -91,7 +94,7 @@ class Framework:
         require_choice(f"{where}.fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         require_int(f"{where}.fsdp_prefetch_layers", self.fsdp_prefetch_layers, minimum=0)
         for name in ("tp_comm_overlap", "main_grad_follows_reduce_dtype", "separate_master_weights",
-                     "distributed_optimizer", "fp8_weight_cache", "supports_fp16", "supports_tp_comm_overlap"):
+                     "distributed_optimizer", "fp8_weight_cache", "fp8_param_gather", "supports_fp16", "supports_tp_comm_overlap"):
             require_bool(f"{where}.{name}", getattr(self, name))
         for name in ("zero_stages", "zero_stages_with_pp"):
             stages = getattr(self, name)
@@ -110,7 +113,7 @@ class Framework:
 
 
 FIELD_NAMES = frozenset(f.name for f in fields(Framework))
-_FILE_KEYS = FIELD_NAMES | {"inherits", "sources"}
+_FILE_KEYS = FIELD_NAMES | {"inherits", "sources", "aliases"}
 _TUPLE_FIELDS = ("zero_stages", "zero_stages_with_pp")
 
 
@@ -149,6 +152,21 @@ def framework_sources(name: str) -> dict[str, str]:
     get_framework(name)
     sources = _read_file(name).get("sources", {})
     return dict(sources) if isinstance(sources, dict) else {}
+
+
+def framework_for_label(label: Any) -> str | None:
+    """The framework a free-text label names (``"NeMo 24.07 (Megatron-Core)"`` -> ``nemo``), or None.
+
+    A catalog name, or a label that starts with one of a file's ``aliases`` (the longest wins).
+    """
+    if not isinstance(label, str):
+        return None
+    if label in FRAMEWORK_NAMES:
+        return label
+    text = label.strip().lower()
+    matches = [(len(alias), name) for name in FRAMEWORK_NAMES
+               for alias in _read_file(name).get("aliases", []) if text.startswith(str(alias).lower())]
+    return max(matches)[1] if matches else None
 
 
 def resolve_framework(value: Any) -> Framework:

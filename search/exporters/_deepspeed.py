@@ -36,6 +36,8 @@ class DeepSpeedExporter(Exporter):
             "bf16": {"enabled": s.precision in ("bf16", "fp8")},
             "fp16": {"enabled": s.precision == "fp16"},
             "tensor_parallel": {"autotp_size": s.tp},
+            # the gradient-reduce dtype the prediction assumed (DeepSpeed's default is the training dtype)
+            "communication_data_type": problem.framework.grad_reduce_dtype if s.precision != "fp16" else "fp16",
             "gradient_clipping": 1.0,
         }
         if s.recompute != "none":

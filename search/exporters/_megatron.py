@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from costmodel.specs.framework import DEFAULT_FRAMEWORK, Framework, get_framework
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.strategy import Strategy, uneven_ends
 from search.exporters._base import Exporter, header
@@ -10,10 +11,29 @@ from search.space import SearchProblem
 # ZeRO stage -> Megatron-Core sharding: the distributed optimizer shards optimizer states
 # (ZeRO-1); Megatron-FSDP's --data-parallel-sharding-strategy adds gradients / parameters.
 FSDP_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+# Transformer Engine recipes Megatron-LM's --fp8-recipe accepts (TransformerConfig.fp8_recipe).
+TE_FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
 
 
-def strategy_args(strategy: Strategy, model: ModelSpec) -> list[list[str]]:
-    """The parallelism, batch, recompute and precision arguments, grouped per flag."""
+def framework_args(strategy: Strategy, model: ModelSpec, framework: Framework) -> list[list[str]]:
+    """The flags of the framework behaviours the prediction assumed (gradient dtype, FP8 recipe, dispatcher).
+
+    Written even where they equal Megatron-LM's defaults, so the launch does not depend on them.
+    """
+    args: list[list[str]] = []
+    if strategy.precision != "fp16" and framework.grad_reduce_dtype == "bf16":
+        args.append(["--grad-reduce-in-bf16"])
+    if strategy.precision == "fp8" and framework.fp8_recipe in TE_FP8_RECIPES:
+        args.append(["--fp8-recipe", framework.fp8_recipe])
+        if framework.fp8_param_gather:
+            args.append(["--fp8-param-gather"])
+    if model.is_moe:
+        args.append(["--moe-token-dispatcher-type", framework.moe_token_dispatcher])
+    return args
+
+
+def strategy_args(strategy: Strategy, model: ModelSpec, framework: Framework | None = None) -> list[list[str]]:
+    """The parallelism, batch, recompute, precision and framework arguments, grouped per flag."""
     s = strategy
     args = [
         ["--tensor-model-parallel-size", str(s.tp)],
@@ -55,7 +75,7 @@ def strategy_args(strategy: Strategy, model: ModelSpec) -> list[list[str]]:
         args.append(["--overlap-grad-reduce"])
     if s.overlap_param_gather and s.zero_stage >= 1:
         args.append(["--overlap-param-gather"])
-    return args
+    return args + framework_args(s, model, framework or get_framework(DEFAULT_FRAMEWORK))
 
 
 def model_args(model: ModelSpec, seq_length: int) -> list[list[str]]:
@@ -87,7 +107,7 @@ def model_args(model: ModelSpec, seq_length: int) -> list[list[str]]:
 
 def megatron_argv(strategy: Strategy, problem: SearchProblem) -> list[list[str]]:
     """Every argument of the recommended ``pretrain_gpt.py`` command, grouped per flag."""
-    return strategy_args(strategy, problem.model) + model_args(problem.model, problem.seq_length)
+    return strategy_args(strategy, problem.model, problem.framework) + model_args(problem.model, problem.seq_length)
 
 
 class MegatronExporter(Exporter):

@@ -11,7 +11,11 @@ from search.exporters._base import Exporter, header
 from search.exporters._megatron import FSDP_SHARDING
 from search.space import SearchProblem
 
-MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed"}
+MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed"}
+# FP8 presets by recipe: github.com/NVIDIA/NeMo @8cfedd72 nemo/collections/llm/recipes/precision/mixed_precision.py
+# (bf16_with_fp8_mixed sets fp8_recipe = "delayed"; Megatron-Bridge keeps the preset names).
+FP8_PRECISION = {"delayed": "bf16_with_fp8_mixed", "tensorwise": "bf16_with_fp8_current_scaling_mixed",
+                 "mxfp8": "bf16_with_mxfp8_mixed", "blockwise": "bf16_with_fp8_subchannel_scaling_mixed"}
 
 
 class NeMoExporter(Exporter):
@@ -26,7 +30,7 @@ class NeMoExporter(Exporter):
                           "overlap_grad_reduce", "overlap_param_gather"})
 
     def render(self, strategy: Strategy, problem: SearchProblem) -> str:
-        s = strategy
+        s, fw = strategy, problem.framework
         model = {
             "tensor_model_parallel_size": s.tp,
             "pipeline_model_parallel_size": s.pp,
@@ -37,6 +41,8 @@ class NeMoExporter(Exporter):
             "seq_length": problem.seq_length,
             "recompute_granularity": None if s.recompute == "none" else s.recompute,
         }
+        if problem.model.is_moe:
+            model["moe_token_dispatcher_type"] = fw.moe_token_dispatcher
         if s.recompute == "full":
             model.update({"recompute_method": "uniform", "recompute_num_layers": 1})
         ends = uneven_ends(problem.model.num_layers, s.pp, s.vpp)
@@ -46,6 +52,7 @@ class NeMoExporter(Exporter):
             "use_distributed_optimizer": s.zero_stage >= 1,
             "overlap_grad_reduce": s.overlap_grad_reduce,
             "overlap_param_gather": s.overlap_param_gather,
+            "grad_reduce_in_fp32": fw.grad_reduce_dtype == "fp32",  # the gradient buffer the memory assumed
         }
         if s.zero_stage >= 2:
             ddp.update({"use_megatron_fsdp": True, "data_parallel_sharding_strategy": FSDP_SHARDING[s.zero_stage]})
@@ -54,7 +61,8 @@ class NeMoExporter(Exporter):
             "train": {"micro_batch_size": s.micro_batch_size, "global_batch_size": s.global_batch_size},
             "ddp": ddp,
             "optimizer": {"use_distributed_optimizer": s.zero_stage >= 1},
-            "mixed_precision": MIXED_PRECISION[s.precision],
+            "mixed_precision": (FP8_PRECISION.get(fw.fp8_recipe, FP8_PRECISION["delayed"]) if s.precision == "fp8"
+                                else MIXED_PRECISION[s.precision]),
             "comm_overlap": {"tp_comm_overlap": s.tp_comm_overlap},
             "trainer": {"num_nodes": problem.cluster.num_nodes,
                         "devices": min(problem.num_gpus, problem.cluster.gpus_per_node)},

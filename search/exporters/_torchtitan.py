@@ -68,6 +68,8 @@ class TorchtitanExporter(Exporter):
             f"global_batch_size = {s.global_batch_size}",
             f"seq_len = {problem.seq_length}",
             f'mixed_precision_param = "{"float32" if s.precision == "fp16" else "bfloat16"}"',
+            # the reduce dtype the prediction assumed (torchtitan accepts only "float32" today)
+            f'mixed_precision_reduce = "{"float32" if problem.framework.grad_reduce_dtype == "fp32" else "bfloat16"}"',
             "",
             "[parallelism]",
             f"data_parallel_replicate_degree = {replicate}",

@@ -46,13 +46,16 @@ def megatron_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, type=int)
     for flag in ("--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp", "--bf16", "--fp16",
                  "--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather", "--group-query-attention",
-                 "--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear"):
+                 "--swiglu", "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+                 "--grad-reduce-in-bf16", "--fp8-param-gather"):
         p.add_argument(flag, action="store_true")
     p.add_argument("--recompute-granularity", choices=("full", "selective"))
     p.add_argument("--recompute-method", choices=("uniform", "block"))
     p.add_argument("--data-parallel-sharding-strategy", choices=("no_shard", "optim", "optim_grads",
                                                                  "optim_grads_params"))
     p.add_argument("--fp8-format", choices=("e4m3", "hybrid"))
+    p.add_argument("--fp8-recipe", choices=("tensorwise", "delayed", "mxfp8", "blockwise", "custom"))
+    p.add_argument("--moe-token-dispatcher-type", choices=("allgather", "alltoall", "flex"))
     p.add_argument("--attention-backend", choices=("flash", "fused", "unfused", "local", "auto"))
     p.add_argument("--normalization", choices=("LayerNorm", "RMSNorm"))
     p.add_argument("--position-embedding-type", choices=("learned_absolute", "rope", "none"))
