@@ -35,7 +35,7 @@ from studies.progress import Progress, clock
 from studies.result import ProblemResult
 from studies.spec import StudySpec
 from studies.store import DEFAULT_DB, default_url, redact
-from studies.work import DEFAULT_POLL_S, attempt, store_for
+from studies.work import DEFAULT_POLL_S, attempt, open_store, store_for
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def run_study(spec: StudySpec, out_dir: str | Path, *, storage: str | None = Non
     # Bad model names, a missing profile and a bad storage URL fail here, before the folder is touched.
     problems = expand(spec)
     if storage is not None:
-        store_for(storage)
+        open_store(storage)
     folder = StudyFolder.claim(out_dir, spec.name)
     out = folder.path
     folder.require_subfolder(RESULTS_DIR)  # refused now rather than after the first search
@@ -98,7 +98,7 @@ def run_study(spec: StudySpec, out_dir: str | Path, *, storage: str | None = Non
             folder.require_no_symlink(name)  # SQLite opens these by path and would follow a link
     url = storage or default_url(out)
     started = datetime.now(UTC)
-    store = store_for(url)
+    store = store_for(url) if storage is not None else open_store(url)
     write_study(folder, spec)
     keys = [p.key for p in problems]
     done = store.done_keys(keys)

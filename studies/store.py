@@ -68,7 +68,7 @@ def redact(url: str) -> str:
     """``url`` without its password (for files and messages)."""
     try:
         return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
+    except (sa.exc.ArgumentError, ValueError):
         return url
 
 

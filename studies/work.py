@@ -37,6 +37,14 @@ def store_for(url: str) -> StudyStore:
     return _STORES[url]
 
 
+def open_store(url: str) -> StudyStore:
+    """A new store for a run or a worker, checked afresh (a SQLite file may have been damaged since the last)."""
+    old = _STORES.pop(url, None)
+    if old is not None:
+        old.close()
+    return store_for(url)
+
+
 @dataclass(frozen=True)
 class Attempt:
     """What became of one try at a problem.
@@ -89,7 +97,7 @@ def run_worker(spec: StudySpec, url: str, *, out_dir: Path | None = None, top_k:
     died), then takes them over.
     """
     problems = expand(spec)  # bad model names and a missing profile fail before any search
-    store = store_for(url)
+    store = open_store(url)
     folder = None if out_dir is None else StudyFolder.claim(out_dir, spec.name)
     keys = [p.key for p in problems]
     k = spec.top_k if top_k is None else top_k
