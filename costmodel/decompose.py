@@ -78,7 +78,7 @@ def layer_shape(model: ModelSpec, strategy: Strategy, seq_length: int) -> LayerS
         kv_heads=max(1, kv // t),  # type: ignore[operator]
         head_dim=model.head_dim, v_head_dim=model.v_head_dim, hidden=model.hidden_size,  # type: ignore[arg-type]
         cp=strategy.cp, tp=t,
-        dtype="fp8" if strategy.precision == "fp8" else "bf16",
+        dtype=strategy.precision,  # GEMMs in the run's precision (an fp16 run at the fp16 peak)
     )
 
 
