@@ -107,15 +107,43 @@ def gpu_from_mapping(name: str, data: dict[str, Any], section: str = "gpu") -> G
     return GPUSpec(**kwargs)
 
 
+# Figures a run spec may not override, and why: nothing they would change is modelled from them.
+NOT_OVERRIDABLE = {
+    "num_sms": ("left to the catalog: the SM count only tells the fitted predictors how the measured GPU "
+                "quantises waves; override peak_tflops to model a faster GPU"),
+}
+# Peak dtypes that time nothing: runs compute in bf16, fp16 or fp8 (optimizer and norms are bandwidth-bound).
+UNUSED_PEAK_DTYPES = ("fp32", "tf32")
+
+
 def override_gpu(gpu: GPUSpec, overrides: dict[str, Any], section: str = "cluster") -> GPUSpec:
-    """Return ``gpu`` with catalog-unit ``overrides`` applied (e.g. ``inter_node_bandwidth_GBps``)."""
+    """Return ``gpu`` with catalog-unit ``overrides`` applied (e.g. ``inter_node_bandwidth_GBps``).
+
+    Each figure reaches every formula that uses it (``costmodel.timing`` scales times a profile
+    measured on the catalog GPU to the overridden figures, and labels them a what-if):
+
+    - ``peak_tflops.{bf16,fp16,fp8}``: GEMMs of that precision (attention at bf16) and the MFU;
+    - ``hbm_bandwidth_GBps``: memory-bound kernels, the optimizer step, memory-bound GEMMs/attention;
+    - ``hbm_capacity_GiB``: usable memory, hence which runs fit;
+    - ``intra_node_*`` / ``inter_node_*``: collectives inside / across scale-up domains;
+    - ``nvlink_domain_size``: which groups stay inside a domain, and the TP-within-domain rule.
+
+    ``num_sms`` and the fp32/tf32 peaks are refused (``NOT_OVERRIDABLE``, ``UNUSED_PEAK_DTYPES``).
+    """
     changes: dict[str, Any] = {}
     sources = dict(gpu.sources)
     for key, value in overrides.items():
+        if key in NOT_OVERRIDABLE:
+            raise SpecError(f"{section}.{key}", value, NOT_OVERRIDABLE[key])
         if key == "peak_tflops":
             merged = {k: v / 1e12 for k, v in gpu.peak_flops}
             if not isinstance(value, dict):
                 raise SpecError(f"{section}.peak_tflops", value, "a mapping of dtype to TFLOP/s")
+            for dtype in UNUSED_PEAK_DTYPES:
+                if dtype in value:
+                    raise SpecError(f"{section}.peak_tflops.{dtype}", value[dtype],
+                                    "left to the catalog: no run computes in fp32 or tf32 (precision is bf16, "
+                                    "fp16 or fp8); override those peaks")
             merged.update(value)
             changes["peak_flops"] = _peak_from_mapping(section, merged)
         elif key in GPU_FIELDS:
