@@ -243,3 +243,54 @@ def test_builtin_bf16_table_is_the_merge_of_the_f_linear_backends():
         hit = (table["m"] == shape[0]) & (table["n"] == shape[1]) & (table["k"] == shape[2])
         values.append(table["latency_s"][hit][0] / note["offsets"].get(name, 1.0))
     assert gemm_bf16["latency_s"][row] == pytest.approx(np.median(values), rel=1e-3)
+
+
+# -- times measured on the catalog GPU, scaled to run-spec overrides (issue 11, item 6) ----------------------
+def _what_if_timer(overrides: dict[str, Any]) -> OperatorTimer:
+    from costmodel.specs.gpu import override_gpu
+
+    catalog = get_gpu("h100-sxm5-80gb")
+    stub = _Stub(_Profile("h100-sxm5-80gb"))
+    return OperatorTimer(override_gpu(catalog, overrides), stub, reference=catalog)  # type: ignore[arg-type]
+
+
+def test_a_compute_bound_gemm_follows_the_overridden_peak_and_a_memory_bound_one_the_bandwidth():
+    big = gemm("mlp_up.fwd", "fwd", 1000, 8192, 8192, "bf16")  # ~130 GFLOP: compute-bound
+    thin = gemm("mlp_up.fwd", "fwd", 8, 8192, 8192, "bf16")  # a few rows: reads the weight, memory-bound
+    plain = _timer().time_ops([big, thin]).seconds
+    peak = _what_if_timer({"peak_tflops": {"bf16": 2 * 989.4}}).time_ops([big, thin]).seconds
+    bandwidth = _what_if_timer({"hbm_bandwidth_GBps": 2 * 3350}).time_ops([big, thin]).seconds
+    assert peak[0] == pytest.approx(plain[0] / 2)
+    assert peak[1] == pytest.approx(plain[1])
+    assert bandwidth[0] == pytest.approx(plain[0])
+    assert bandwidth[1] == pytest.approx(plain[1] / 2)
+
+
+def test_scaled_times_are_labelled_and_unscaled_ones_are_not():
+    op = gemm("mlp_up.fwd", "fwd", 512, 1024, 2048, "bf16")
+    timer = _what_if_timer({"peak_tflops": {"bf16": 500}})
+    assert timer.overridden_figures == ("peak_tflops.bf16",)
+    assert timer.what_if_note in timer.time_ops([op]).notes
+    assert _what_if_timer({"inter_node_bandwidth_GBps": 100}).what_if_note is None  # read by the formulas alone
+    assert _timer().what_if_note is None
+
+
+def test_a_measured_collective_follows_the_overridden_link():
+    class _Collectives(_Stub):
+        families = ("nccl_all_gather",)
+
+        def predict_collective(self, op: str, n: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
+            size = np.asarray(b, dtype=float)
+            return 20e-6 + size / 300e9, np.ones(size.shape, dtype=bool)
+
+    catalog = get_gpu("h100-sxm5-80gb")
+    from costmodel.specs.gpu import override_gpu
+
+    def seconds(overrides: dict[str, Any]) -> np.ndarray:
+        timer = OperatorTimer(override_gpu(catalog, overrides), _Collectives(_Profile("h100-sxm5-80gb")),  # type: ignore[arg-type]
+                              reference=catalog)
+        return timer.intra_collective("all_gather", 8, np.array([1e3, 1e9]))[0]
+
+    plain, wide, quick = seconds({}), seconds({"intra_node_bandwidth_GBps": 900}), seconds({"intra_node_latency_us": 1})
+    assert wide[1] < 0.6 * plain[1] and wide[0] == pytest.approx(plain[0], rel=0.05)  # bandwidth: large messages
+    assert quick[0] < 0.8 * plain[0] and quick[1] == pytest.approx(plain[1], rel=0.01)  # latency: small ones
