@@ -52,8 +52,9 @@ def register(subparsers: Any) -> None:
 
     fit = sub.add_parser("fit", help="fit a profile's predictors and print their held-out error",
                          description="Fit every operator family's predictor on three quarters of the profile's "
-                                     "rows, print the error on the quarter held out, and store the fitted "
-                                     "predictors in DIR/fitted for `--profile DIR`.")
+                                     "rows, print the error on the quarter held out (a fit worse than the roofline "
+                                     "is not used), write DIR/fitted/report.yaml and cache the fitted predictors in "
+                                     "your private cache for `--profile DIR`.")
     fit.add_argument("profile_dir", metavar="DIR")
     fit.add_argument("--gpu", default=None, metavar="NAME",
                      help="catalog GPU whose figures to use when the profile carries none (imported traces)")
@@ -119,21 +120,26 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from costmodel.specs import get_gpu
 
     report = fit_directory(args.profile_dir, get_gpu(args.gpu) if args.gpu else None)
-    rows: list[dict[str, Any]] = [
-        {"family": e.family, "n_train": e.n_train, "n_test": e.n_test, "mape": e.mape, "p90": e.p90,
-         "roofline_mape": e.roofline_mape} for e in report.errors]
+    used = report.fitted.families
+    rows: list[dict[str, Any]] = [{**e.to_dict(), "used": e.family in used} for e in report.errors]
+    warnings = report.fitted.notes
+    for warning in warnings:
+        sys.stderr.write(f"parplan: warning: {warning}\n")
     if args.json:
-        print(json.dumps({"profile": report.fitted.profile.name, "families": rows, "stored": str(report.stored)},
+        print(json.dumps({"profile": report.fitted.profile.name, "families": rows, "warnings": list(warnings),
+                          "stored": str(report.stored), "cached": None if report.cached is None else str(report.cached)},
                          indent=2))
         return EXIT_OK
     print(f"profile {report.fitted.profile.name}")
-    print(f"{'family':<28} {'train':>6} {'held-out':>8} {'MAPE':>7} {'p90':>7} {'roofline MAPE':>14}")
+    print(f"{'family':<28} {'train':>6} {'held-out':>8} {'MAPE':>7} {'p90':>7} {'roofline MAPE':>14}  used")
     for row in rows:
         print(f"{row['family']:<28} {row['n_train']:>6} {row['n_test']:>8} {_pct(row['mape']):>7} "
-              f"{_pct(row['p90']):>7} {_pct(row['roofline_mape']):>14}")
+              f"{_pct(row['p90']):>7} {_pct(row['roofline_mape']):>14}  {'yes' if row['used'] else 'NO'}")
     print("MAPE/p90: |predicted/measured - 1| on the held-out rows (mean, 90th percentile); "
-          "roofline: the same for max(FLOPs/peak, bytes/bandwidth)")
-    print(f"fitted predictors stored in {report.stored}")
+          "roofline: the same for max(FLOPs/peak, bytes/bandwidth); a fit worse than the roofline is not used")
+    print(f"held-out report written to {report.stored}")
+    if report.cached is not None:
+        print(f"fitted predictors cached in {report.cached} (private to you; others refit from the tables)")
     return EXIT_OK
 
 

@@ -18,6 +18,7 @@ from costmodel.predictors._fitted import (
 from costmodel.predictors._gemm import GemmPredictor
 from costmodel.predictors._memory import MemoryPredictor
 from costmodel.predictors._sampling import grid_outliers, light_sample
+from costmodel.predictors._scoring import FamilyError
 
 __all__ = [
     "CODE_VERSION",
@@ -25,6 +26,7 @@ __all__ = [
     "RANGE_MARGIN",
     "AttentionPredictor",
     "CollectivePredictor",
+    "FamilyError",
     "FittedProfile",
     "GemmPredictor",
     "MemoryPredictor",

@@ -1,31 +1,54 @@
-"""On-disk cache of fitted predictors: joblib files with a SHA-256 checksum beside them.
+"""On-disk cache of fitted predictors: pickles signed with a per-user secret, in a private directory.
 
-Layout: ``<cache dir>/predictors/<key>.joblib`` and ``<key>.joblib.sha256``.
-The cache directory is ``$PARPLAN_CACHE_DIR``, else ``$XDG_CACHE_HOME/parplan``,
-else ``~/.cache/parplan``. Every function takes an optional ``directory`` that
-replaces ``<cache dir>/predictors`` (``parplan profile fit`` stores the fitted
-predictors beside the profile's tables, in ``<profile>/fitted``). Both files are written to temporary names and moved
-into place with ``os.replace``, data first: a reader that races a writer sees
-a checksum that does not match and refits. A file whose checksum does not
-match is never unpickled. The checksum guards against truncation and
-corruption, not against someone who can write to the cache directory (they
-could rewrite both files): keep it private like any user cache.
+Trusted: only a pickle that this user's parplan wrote, in a directory that only
+this user can write. The directory is ``<cache dir>/predictors``, where the
+cache dir is ``$PARPLAN_CACHE_DIR``, else ``$XDG_CACHE_HOME/parplan``, else
+``~/.cache/parplan``; parplan creates it with mode 0700. On every load and
+store it must be a real directory (not a symlink), owned by the current uid
+and neither group- nor world-writable; otherwise the cache is not used at all
+(nothing read, nothing written, the predictors are refitted) and a
+``ParplanWarning`` says why. Each ``<key>.joblib`` file holds a tag line, the
+HMAC-SHA256 of the key and the payload under a 32-byte secret kept in
+``predictors/hmac.key`` (mode 0600, owner and mode checked likewise), and the
+joblib payload. A file whose HMAC does not match is never unpickled: anyone
+who could write one without the secret cannot make parplan run it.
+
+Not trusted, never unpickled: anything else. No function here takes another
+directory, and a profile directory's ``fitted/`` folder (which a team may share)
+holds data only (``costmodel.predictors._fitted``). Files are written under
+temporary names and moved into place with ``os.replace``: a reader racing a
+writer sees the old file or the new one.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import os
+import re
+import secrets
+import stat
 import tempfile
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import joblib
 
-__all__ = ["cache_dir", "load_verified", "store"]
+from costmodel.specs.notices import ParplanWarning
 
-_SUFFIX = ".joblib"
+__all__ = ["cache_dir", "load", "store"]
+
+_SUFFIX: Final = ".joblib"
+_TAG: Final = b"parplan predictors hmac-sha256 v1\n"
+_DIGEST_BYTES: Final = hashlib.sha256().digest_size
+_SECRET_FILE: Final = "hmac.key"
+_SECRET_BYTES: Final = 32
+_KEY_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]+")
+# Bits that let someone else write (the directory) or read (the secret).
+_OTHERS_WRITE: Final = stat.S_IWGRP | stat.S_IWOTH
+_OTHERS_ANY: Final = stat.S_IRWXG | stat.S_IRWXO
 
 
 def cache_dir() -> Path:
@@ -38,47 +61,127 @@ def cache_dir() -> Path:
     return base / "parplan" / "predictors"
 
 
-def paths(key: str, directory: Path | None = None) -> tuple[Path, Path]:
-    """The data file and checksum file of ``key`` (in ``directory``, default the cache directory)."""
-    data = (cache_dir() if directory is None else Path(directory)) / f"{key}{_SUFFIX}"
-    return data, data.with_name(data.name + ".sha256")
-
-
-def load_verified(key: str, directory: Path | None = None) -> Any | None:
-    """The cached object of ``key``, or None when absent or its checksum does not match."""
-    data, checksum = paths(key, directory)
-    try:
-        expected = checksum.read_text(encoding="ascii").strip()
-        payload = data.read_bytes()
-    except OSError:
+def load(key: str) -> Any | None:
+    """The cached object of ``key``; None when absent, unsigned, tampered with, or the directory is not private."""
+    directory = _private_dir(create=False)
+    secret = None if directory is None else _secret(directory, create=False)
+    if directory is None or secret is None:
         return None
-    if hashlib.sha256(payload).hexdigest() != expected:
+    blob = _read(directory / _file_name(key))
+    if blob is None or not blob.startswith(_TAG):
+        return None
+    tag, payload = blob[len(_TAG):len(_TAG) + _DIGEST_BYTES], blob[len(_TAG) + _DIGEST_BYTES:]
+    if not hmac.compare_digest(tag, _mac(secret, key, payload)):
         return None
     # Unpickle the very bytes that were checked, not the file again (it may have been replaced since).
     return joblib.load(io.BytesIO(payload))
 
 
-def store(key: str, value: Any, directory: Path | None = None) -> Path:
-    """Write ``value`` under ``key`` atomically, with its checksum; return the data path."""
-    data, checksum = paths(key, directory)
-    data.parent.mkdir(parents=True, exist_ok=True)
-    tmp_data = _temp_path(data)
-    try:
-        joblib.dump(value, tmp_data, compress=3)
-        digest = hashlib.sha256(tmp_data.read_bytes()).hexdigest()
-        os.replace(tmp_data, data)
-    finally:
-        tmp_data.unlink(missing_ok=True)
-    tmp_sum = _temp_path(checksum)
-    try:
-        tmp_sum.write_text(digest + "\n", encoding="ascii")
-        os.replace(tmp_sum, checksum)
-    finally:
-        tmp_sum.unlink(missing_ok=True)
-    return data
+def store(key: str, value: Any) -> Path | None:
+    """Write ``value`` under ``key``, signed, atomically; return the file, or None when the cache is not private."""
+    directory = _private_dir(create=True)
+    secret = None if directory is None else _secret(directory, create=True)
+    if directory is None or secret is None:
+        return None
+    buffer = io.BytesIO()
+    joblib.dump(value, buffer, compress=3)
+    payload = buffer.getvalue()
+    target = directory / _file_name(key)
+    _write_new(target, _TAG + _mac(secret, key, payload) + payload, replace=True)
+    return target
 
 
-def _temp_path(target: Path) -> Path:
-    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    os.close(handle)
-    return Path(name)
+def _file_name(key: str) -> str:
+    if not _KEY_PATTERN.fullmatch(key):
+        raise ValueError(f"cache key {key[:80]!r} is not file-name safe")
+    return key + _SUFFIX
+
+
+def _mac(secret: bytes, key: str, payload: bytes) -> bytes:
+    # The key is signed too, so that a payload cannot be moved under another key's name.
+    return hmac.new(secret, key.encode() + b"\0" + payload, hashlib.sha256).digest()
+
+
+def _private_dir(create: bool) -> Path | None:
+    """The cache directory if it is private to this user (created 0700 when asked), else None."""
+    directory = cache_dir()
+    if create:
+        try:
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            return None
+    try:
+        info = os.lstat(directory)
+    except OSError:
+        return None  # no cache yet
+    if not (stat.S_ISDIR(info.st_mode) and _owned(info) and not info.st_mode & _OTHERS_WRITE):
+        _warn(directory, "a directory you own that no one else can write (chmod 700)")
+        return None
+    return directory
+
+
+def _secret(directory: Path, create: bool) -> bytes | None:
+    """This user's HMAC secret (made when asked and absent), or None when missing or not private."""
+    path = directory / _SECRET_FILE
+    if create and not os.path.lexists(path):
+        # Written whole under a temporary name, then linked into place: a racing writer's
+        # link fails and both use the first secret; no reader sees a partial one.
+        temporary = _write_new(path, secrets.token_bytes(_SECRET_BYTES), replace=False)
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            pass
+        except OSError:
+            return None
+        finally:
+            temporary.unlink(missing_ok=True)
+    try:
+        handle = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    with os.fdopen(handle, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not (stat.S_ISREG(info.st_mode) and _owned(info) and not info.st_mode & _OTHERS_ANY):
+            _warn(path, "a file you own that only you can read (chmod 600)")
+            return None
+        secret = file.read(_SECRET_BYTES + 1)
+    return secret if len(secret) == _SECRET_BYTES else None
+
+
+def _owned(info: os.stat_result) -> bool:
+    getuid = getattr(os, "getuid", None)  # no uids (Windows): nothing can be shown private, so no cache
+    return getuid is not None and info.st_uid == getuid()
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        handle = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    with os.fdopen(handle, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            return None
+        return file.read()
+
+
+def _write_new(target: Path, data: bytes, replace: bool) -> Path:
+    """Write ``data`` to a fresh private file beside ``target``; move it over ``target`` if ``replace``."""
+    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)  # mode 0600
+    temporary = Path(name)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        if replace:
+            os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return temporary
+
+
+def _warn(path: Path, allowed: str) -> None:
+    warnings.warn(f"predictor cache {path} is not private (it must be {allowed}): not used, so fitted "
+                  f"predictors are neither read from it nor written to it", ParplanWarning, stacklevel=3)

@@ -1,4 +1,10 @@
-"""All fitted predictors of one profile for one GPU, with range checks and a disk cache."""
+"""All fitted predictors of one profile for one GPU, with range checks, held-out scores and a disk cache.
+
+Nothing is unpickled from a profile directory: fitted predictors are read only
+from this user's private, signed cache (``costmodel.predictors._cache``), and
+otherwise refitted from the profile's tables (a fraction of a second per family
+on a user profile's few hundred rows).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from costmodel.predictors._gemm import GemmPredictor
 from costmodel.predictors._memory import MemoryPredictor
 from costmodel.predictors._physics import check_op
 from costmodel.predictors._sampling import grid_outliers, light_sample
+from costmodel.predictors._scoring import FamilyError, score_family
 from costmodel.profiles.profile import COLLECTIVE_OPS, Profile
 from costmodel.specs.errors import SpecError
 from costmodel.specs.gpu import GPUSpec
@@ -29,9 +36,9 @@ from costmodel.specs.gpu import GPUSpec
 __all__ = ["CODE_VERSION", "FITTED_DIR", "RANGE_MARGIN", "FittedProfile", "device_gpu", "fit_profile",
            "fitted_profile", "forget_fitted", "store_fitted"]
 
-# Bump when features, regressors or the sampling code change: it is part of the cache key.
-CODE_VERSION: Final = "2"
-# Where ``store_fitted`` puts a user profile's fitted predictors, inside its directory.
+# Bump when features, regressors, the sampling code or the payload change: it is part of the cache key.
+CODE_VERSION: Final = "3"
+# Where ``parplan profile fit`` writes its held-out report (data only), inside the profile's directory.
 FITTED_DIR: Final = "fitted"
 # A query is in range when every shape column lies within [min / margin, max * margin] of the
 # table: a quarter beyond the sampled edge is interpolation between grid points in log space
@@ -42,7 +49,7 @@ _ATTENTION_COLUMNS: Final = ("batch", "seq_len", "num_heads", "num_kv_heads", "h
 _ATTENTION_TABLES: Final = ("attention_fwd", "attention_bwd")
 _COLLECTIVE_COLUMNS: Final = ("num_gpus", "message_bytes")
 _SEED: Final = 0
-_PAYLOAD_KEYS: Final = frozenset({"key", "predictors", "train_rows", "dropped_rows", "fit_seconds"})
+_PAYLOAD_KEYS: Final = frozenset({"key", "predictors", "train_rows", "dropped_rows", "fit_seconds", "scores"})
 _MEMO: dict[str, FittedProfile] = {}
 
 
@@ -77,11 +84,18 @@ class FittedProfile:
     token count ``batch x seq`` outside the attention table's, or a group size
     the collective table lacks); ``seconds`` is NaN there, so that the caller
     must choose (and label) a fall-back instead of trusting an extrapolation.
+
+    A family whose fit misses its held-out rows by more than the bare roofline
+    does (``scores``) is not used: it is left out of ``families`` and its
+    ``predict_*`` calls raise KeyError, so that the timer takes its labelled
+    fall-back; ``notes`` says so. A profile whose metadata sets
+    ``use_worse_fits: true`` uses every fit.
     """
 
     def __init__(self, profile: Profile, gpu: GPUSpec, predictors: dict[str, OperatorPredictor],
                  train_rows: dict[str, np.ndarray], fit_seconds: dict[str, float],
-                 dropped_rows: dict[str, np.ndarray] | None = None) -> None:
+                 dropped_rows: dict[str, np.ndarray] | None = None,
+                 scores: dict[str, FamilyError] | None = None) -> None:
         self.profile = profile
         self.gpu = gpu = device_gpu(profile, gpu)
         self._layout = _family_layout(profile, gpu)
@@ -89,39 +103,56 @@ class FittedProfile:
         self._train_rows = dict(train_rows)
         self._dropped_rows = dict(dropped_rows or {})
         self.fit_seconds = dict(fit_seconds)
+        self.scores = dict(scores or {})
+        self.unused = () if profile.use_worse_fits else tuple(
+            family for family in sorted(self._predictors)
+            if family in self.scores and self.scores[family].worse_than_roofline)
         self._ranges = {family: self._range_of(family) for family in self._predictors}
         self._group_sizes = {family: np.unique(self.shapes(family)[0][:, 0])
                              for family in self._predictors if self._layout[family].table == "nccl"}
 
     @property
     def families(self) -> tuple[str, ...]:
-        """Families with a fitted predictor, e.g. ``gemm_bf16``, ``nccl_all_reduce``, ``memory_norm_fwd``."""
+        """Families whose fitted predictor is used, e.g. ``gemm_bf16``, ``nccl_all_reduce``, ``memory_norm_fwd``."""
+        return tuple(family for family in sorted(self._predictors) if family not in self.unused)
+
+    @property
+    def fitted_families(self) -> tuple[str, ...]:
+        """Every family with a fitted predictor, those in ``unused`` included."""
         return tuple(sorted(self._predictors))
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """One label per fit not used, for a prediction's warnings."""
+        return tuple(
+            f"profile {self.profile.name!r}: the {family} fit misses its held-out rows by "
+            f"{100 * (self.scores[family].mape or 0.0):.1f}% (mean), more than the bare roofline's "
+            f"{100 * (self.scores[family].roofline_mape or 0.0):.1f}%: not used, its operators take the analytic "
+            f"fall-back (use_worse_fits: true in metadata.yaml uses it)" for family in self.unused)
+
     def predictor(self, family: str) -> OperatorPredictor:
-        """The fitted estimator of ``family``."""
-        return self._predictors[self._require(family)]
+        """The fitted estimator of ``family`` (used or not)."""
+        return self._predictors[self._known(family)]
 
     def table(self, family: str) -> str:
         """Name of the profile table ``family`` was fitted on (``nccl_*`` -> ``nccl``)."""
-        return self._layout[self._require(family)].table
+        return self._layout[self._known(family)].table
 
     def family_rows(self, family: str) -> np.ndarray:
         """Indices of ``family``'s rows in its profile table."""
-        return self._layout[self._require(family)].rows(self.profile)
+        return self._layout[self._known(family)].rows(self.profile)
 
     def split(self, family: str) -> tuple[np.ndarray, np.ndarray]:
         """Training rows and held-out rows of ``family`` (indices into its profile table).
 
         Sampled rows dropped as outliers before fitting belong to neither.
         """
-        train = self._train_rows[self._require(family)]
-        sampled = np.union1d(train, self._dropped_rows.get(family, np.empty(0, dtype=np.int64)))
-        return train, np.setdiff1d(self.family_rows(family), sampled)
+        train = self._train_rows[self._known(family)]
+        return train, _held_out(self.family_rows(family), train, self._dropped_rows.get(family))
 
     def shapes(self, family: str, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(X, latency_s)`` of ``family``'s table rows (all of the family's rows by default)."""
-        spec = self._layout[self._require(family)]
+        spec = self._layout[self._known(family)]
         table = self.profile.tables[spec.table]
         rows = self.family_rows(family) if rows is None else rows
         X = np.column_stack([table[name][rows] for name in spec.columns]).astype(np.float64)
@@ -129,10 +160,11 @@ class FittedProfile:
 
     def sampled_range(self, family: str) -> dict[str, tuple[float, float]]:
         """Per shape column, ``(min, max)`` over the family's table."""
-        return dict(self._ranges[self._require(family)])
+        return dict(self._ranges[self._known(family)])
 
     def predict(self, family: str, X: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """``(seconds, in_range)`` for rows of shape columns ``X`` (the family's column order)."""
+        self._require(family)
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
         inside = self.in_range(family, X)
         seconds = np.full(X.shape[0], np.nan)
@@ -143,7 +175,7 @@ class FittedProfile:
     def in_range(self, family: str, X: ArrayLike) -> np.ndarray:
         """Whether each row of ``X`` lies within the sampled range of ``family``'s table."""
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
-        spec = self._layout[self._require(family)]
+        spec = self._layout[self._known(family)]
         ranges = self._ranges[family]
         inside = np.all(np.isfinite(X), axis=1)
         for index, name in enumerate(spec.columns):
@@ -167,7 +199,7 @@ class FittedProfile:
             If the profile has no GEMM table for ``dtype``.
         """
         family = _GEMM_DTYPES.get(dtype, (f"gemm_{dtype}", 0.0))[0]
-        if family not in self._predictors:
+        if family not in self.families:
             raise KeyError(f"profile {self.profile.name!r} has no fitted {family} table "
                            f"(fitted: {', '.join(self.families)})")
         return self._broadcast_predict(family, m, n, k)
@@ -219,10 +251,19 @@ class FittedProfile:
         seconds, inside = self.predict(family, np.column_stack([a.ravel() for a in arrays]))
         return seconds.reshape(shape), inside.reshape(shape)
 
-    def _require(self, family: str) -> str:
+    def _known(self, family: str) -> str:
+        """``family`` if it has a fitted predictor (used or not), else KeyError."""
         if family not in self._predictors:
             raise KeyError(f"profile {self.profile.name!r} has no fitted {family} predictor "
-                           f"(fitted: {', '.join(self.families)})")
+                           f"(fitted: {', '.join(self.fitted_families)})")
+        return family
+
+    def _require(self, family: str) -> str:
+        """``family`` if its predictor is used, else KeyError."""
+        if family not in self.families:
+            why = "'s fit is worse than the roofline (not used)" if family in self.unused else " predictor"
+            raise KeyError(f"profile {self.profile.name!r} has no fitted {family}{why} "
+                           f"(used: {', '.join(self.families)})")
         return family
 
     def _range_of(self, family: str) -> dict[str, tuple[float, float]]:
@@ -285,9 +326,9 @@ def _needed_physics(profile: Profile) -> list[str]:
 
 
 def fit_profile(profile: Profile, gpu: GPUSpec | None) -> FittedProfile:
-    """Fit every family's predictor on its light sample (no cache)."""
+    """Fit every family's predictor on its light sample and score it on the rows held out (no cache)."""
     gpu = device_gpu(profile, gpu)
-    predictors, train_rows, dropped_rows, fit_seconds = {}, {}, {}, {}
+    predictors, train_rows, dropped_rows, fit_seconds, scores = {}, {}, {}, {}, {}
     for family, spec in _family_layout(profile, gpu).items():
         table = profile.tables[spec.table]
         rows = spec.rows(profile)
@@ -304,61 +345,59 @@ def fit_profile(profile: Profile, gpu: GPUSpec | None) -> FittedProfile:
         predictors[family] = spec.predictor.fit(X[train], latency[train])
         fit_seconds[family] = time.perf_counter() - start
         train_rows[family] = rows[train]
-    return FittedProfile(profile, gpu, predictors, train_rows, fit_seconds, dropped_rows)
+        test = np.searchsorted(rows, _held_out(rows, train_rows[family], dropped_rows[family]))
+        scores[family] = score_family(family, predictors[family], X[test], latency[test], int(train.size))
+    return FittedProfile(profile, gpu, predictors, train_rows, fit_seconds, dropped_rows, scores)
+
+
+def _held_out(rows: np.ndarray, train: np.ndarray, dropped: np.ndarray | None) -> np.ndarray:
+    """The family's ``rows`` neither trained on nor dropped as outliers (sorted table indices)."""
+    sampled = train if dropped is None else np.union1d(train, dropped)
+    return np.setdiff1d(rows, sampled)
 
 
 def fitted_profile(profile: Profile, gpu: GPUSpec | None) -> FittedProfile:
-    """The fitted predictors of ``profile`` on ``gpu``: from memory, disk, or fitted and stored.
+    """The fitted predictors of ``profile`` on ``gpu``: from memory, the user's private cache, or fitted.
 
-    Disk is first the profile's own ``fitted/`` directory (written by
-    :func:`store_fitted`, i.e. ``parplan profile fit``), then the user cache,
-    where a fresh fit is stored. The cache key is the profile's content hash,
-    every estimator's parameters (the device figures its features use
-    included), ``CODE_VERSION`` and the scikit-learn version.
+    A fresh fit is stored in the private cache. Nothing is read from the
+    profile's own directory but its tables and metadata: a profile folder may
+    be shared or writable by others, and a pickle there could run any code.
+    The cache key is the profile's content hash, every estimator's parameters
+    (the device figures its features use included), ``CODE_VERSION`` and the
+    scikit-learn version.
     """
     gpu = device_gpu(profile, gpu)
     key = cache_key(profile, gpu)
     if key in _MEMO:
         return _MEMO[key]
-    fitted = None
-    for directory in ([profile.path / FITTED_DIR] if profile.path is not None else []) + [None]:
-        payload = _cache.load_verified(key, directory)
-        if isinstance(payload, dict) and payload.get("key") == key and _PAYLOAD_KEYS <= payload.keys():
-            fitted = FittedProfile(profile, gpu, payload["predictors"], payload["train_rows"],
-                                   payload["fit_seconds"], payload["dropped_rows"])
-            break
-    if fitted is None:
+    payload = _cache.load(key)
+    if isinstance(payload, dict) and payload.get("key") == key and _PAYLOAD_KEYS <= payload.keys():
+        fitted = FittedProfile(profile, gpu, payload["predictors"], payload["train_rows"],
+                               payload["fit_seconds"], payload["dropped_rows"], payload["scores"])
+    else:
         fitted = fit_profile(profile, gpu)
         _cache.store(key, _payload(key, fitted))
     _MEMO[key] = fitted
     return fitted
 
 
-def store_fitted(fitted: FittedProfile, directory: str | Path | None = None) -> Path:
-    """Write ``fitted`` beside its profile's tables (``<profile dir>/fitted``), or into ``directory``.
+def store_fitted(fitted: FittedProfile) -> Path | None:
+    """Keep ``fitted`` for later runs: in memory and in the user's private cache.
 
     Returns
     -------
-    Path
-        The data file written.
-
-    Raises
-    ------
-    SpecError
-        If no ``directory`` is given and the profile was not loaded from one.
+    Path or None
+        The cache file written; None when the cache directory is not private
+        (then later processes refit).
     """
-    if directory is None:
-        if fitted.profile.path is None:
-            raise SpecError("profile", fitted.profile.name, "a profile loaded from a directory")
-        directory = fitted.profile.path / FITTED_DIR
     key = cache_key(fitted.profile, fitted.gpu)
     _MEMO[key] = fitted
-    return _cache.store(key, _payload(key, fitted), Path(directory))
+    return _cache.store(key, _payload(key, fitted))
 
 
 def _payload(key: str, fitted: FittedProfile) -> dict[str, Any]:
     return {"key": key, "predictors": fitted._predictors, "train_rows": fitted._train_rows,
-            "dropped_rows": fitted._dropped_rows, "fit_seconds": fitted.fit_seconds}
+            "dropped_rows": fitted._dropped_rows, "fit_seconds": fitted.fit_seconds, "scores": fitted.scores}
 
 
 def forget_fitted() -> None:

@@ -32,7 +32,14 @@ recipe the predictors use to draw their light training sample (see
 ``metadata["physics"]`` (optional, see ``PHYSICS_KEYS``) holds figures of the
 measured device that its predictors use instead of the run's GPU catalog entry:
 a profile measured on a CPU or an uncatalogued accelerator describes itself.
+``metadata["use_worse_fits"]`` (optional, default false) keeps a family's fit
+in use even where it misses its held-out rows by more than the roofline.
 The format is documented for users in ``costmodel/profiles/README.md``.
+
+Trust: a profile directory is data. Only ``metadata.yaml`` (``yaml.safe_load``)
+and the ``<family>.csv`` tables are read from it, nothing is unpickled or
+imported, so a profile from a shared or untrusted folder can give wrong timings
+but cannot run code.
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ __all__ = [
     "PHYSICS_KEYS",
     "Profile",
     "builtin_profile",
+    "device_mismatch",
     "load_profile",
     "make_profile",
     "save_profile",
@@ -158,6 +166,30 @@ class Profile:
         """
         return _physics(self.metadata.get("physics"))
 
+    @property
+    def use_worse_fits(self) -> bool:
+        """Whether fits worse than the roofline on their held-out rows are used (``metadata["use_worse_fits"]``).
+
+        Raises
+        ------
+        SpecError
+            If the value is not a bool.
+        """
+        return _use_worse_fits(self.metadata.get("use_worse_fits", False))
+
+
+def device_mismatch(profile: Profile, gpu_name: str) -> str | None:
+    """A one-line warning when ``profile`` was measured on another device than the run's GPU, else None.
+
+    The profile's timings describe its own device (with a profile's own
+    physics, exactly that device's speed), so that a CPU profile used for an
+    H100 run predicts CPU step times.
+    """
+    if profile.device == gpu_name:
+        return None
+    return (f"profile {profile.name!r} was measured on {profile.device!r}, not on the run's GPU {gpu_name!r}: its "
+            f"timings describe that device (if it is the same device, set device: {gpu_name} in its metadata.yaml)")
+
 
 def make_profile(name: str, device: str, metadata: dict[str, Any],
                  tables: dict[str, dict[str, Any]], path: str | Path | None = None) -> Profile:
@@ -172,6 +204,7 @@ def make_profile(name: str, device: str, metadata: dict[str, Any],
     normal = {family: _normalise_table(family, columns) for family, columns in sorted(tables.items())}
     metadata = {**metadata, "device": device}
     _physics(metadata.get("physics"))
+    _use_worse_fits(metadata.get("use_worse_fits", False))
     return Profile(name=name, device=device, metadata=metadata, tables=normal,
                    content_hash=_content_hash(normal, metadata), path=None if path is None else Path(path))
 
@@ -316,6 +349,12 @@ def _physics(value: Any) -> dict[str, Any]:
         else:
             out[key] = _positive(f"metadata.physics.{key}", item, strict=key != "intra_node_latency_s")
     return out
+
+
+def _use_worse_fits(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError("metadata.use_worse_fits", value, "true or false")
+    return value
 
 
 def _positive(where: str, value: Any, strict: bool = True) -> float:

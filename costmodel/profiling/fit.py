@@ -1,49 +1,52 @@
-"""``parplan profile fit``: fit a profile directory's predictors, score them on held-out rows, store them beside it."""
+"""``parplan profile fit``: fit a profile directory's predictors, score them on held-out rows, report beside it."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import yaml
 from threadpoolctl import threadpool_limits
 
-from costmodel.predictors import FITTED_DIR, FittedProfile, fit_profile, store_fitted
+from costmodel.predictors import FITTED_DIR, FamilyError, FittedProfile, fit_profile, store_fitted
 from costmodel.profiles.profile import load_profile
 from costmodel.specs.gpu import GPUSpec
 
-__all__ = ["FamilyError", "FitReport", "fit_directory"]
+__all__ = ["REPORT_FILE", "FamilyError", "FitReport", "fit_directory"]
 
-
-@dataclass(frozen=True)
-class FamilyError:
-    """Held-out accuracy of one family's predictor.
-
-    ``mape`` is the mean of ``|predicted / measured - 1|`` over the held-out
-    rows, ``p90`` its 90th percentile; ``roofline_mape`` the same for the bare
-    roofline (the baseline the fit must beat). None when nothing was held out.
-    """
-
-    family: str
-    n_train: int
-    n_test: int
-    mape: float | None
-    p90: float | None
-    roofline_mape: float | None
+REPORT_FILE = "report.yaml"
 
 
 @dataclass(frozen=True)
 class FitReport:
-    """The fitted profile, its per-family errors and where it was stored."""
+    """The fitted profile, its per-family errors, the report written and the private cache file.
+
+    ``unused`` lists the families whose fit is worse than the roofline on its
+    held-out rows: predictions do not use them (unless the profile's metadata
+    sets ``use_worse_fits: true``). ``stored`` is ``DIR/fitted/report.yaml``
+    (data only); ``cached`` the signed pickle in the user's private cache, or
+    None when that directory is not private.
+    """
 
     fitted: FittedProfile
     errors: tuple[FamilyError, ...]
     stored: Path
+    cached: Path | None
+
+    @property
+    def unused(self) -> tuple[str, ...]:
+        """Families fitted but not used by predictions (worse than the roofline)."""
+        return self.fitted.unused
 
 
 def fit_directory(path: str | Path, gpu: GPUSpec | None = None) -> FitReport:
-    """Fit every family of the profile in ``path``; write ``fitted/`` (predictors and ``report.yaml``).
+    """Fit every family of the profile in ``path``; write ``fitted/report.yaml``; cache the fit privately.
+
+    Nothing but the report is written into the profile directory: fitted
+    estimators are pickles, and a profile folder may be shared, so they go
+    only to the user's private cache (``costmodel.predictors._cache``).
 
     Parameters
     ----------
@@ -64,22 +67,24 @@ def fit_directory(path: str | Path, gpu: GPUSpec | None = None) -> FitReport:
     # busy machine an OpenMP pool makes each call wait for cores (seconds instead of milliseconds).
     with threadpool_limits(limits=1):
         fitted = fit_profile(profile, gpu)
-        errors = tuple(_score(fitted, family) for family in fitted.families)
-    stored = store_fitted(fitted)
+    errors = tuple(fitted.scores[family] for family in fitted.fitted_families)
+    cached = store_fitted(fitted)
     report = {"profile": profile.name, "content_hash": profile.content_hash, "device_figures": fitted.gpu.to_dict(),
-              "families": {e.family: {"n_train": e.n_train, "n_test": e.n_test, "mape": e.mape, "p90": e.p90,
-                                      "roofline_mape": e.roofline_mape} for e in errors}}
-    (Path(path) / FITTED_DIR / "report.yaml").write_text(yaml.safe_dump(report, sort_keys=False), encoding="utf-8")
-    return FitReport(fitted, errors, stored)
+              "families": {e.family: {**{k: v for k, v in e.to_dict().items() if k != "family"},
+                                      "used": e.family in fitted.families} for e in errors}}
+    stored = Path(path) / FITTED_DIR / REPORT_FILE
+    _write_atomically(stored, yaml.safe_dump(report, sort_keys=False))
+    return FitReport(fitted, errors, stored, cached)
 
 
-def _score(fitted: FittedProfile, family: str) -> FamilyError:
-    train, test = fitted.split(family)
-    if test.size == 0:
-        return FamilyError(family, int(train.size), 0, None, None, None)
-    X, latency = fitted.shapes(family, test)
-    predictor = fitted.predictor(family)
-    error = np.abs(predictor.predict(X) / latency - 1.0)
-    roofline = np.abs(predictor.roofline_s(X) / latency - 1.0)
-    return FamilyError(family, int(train.size), int(test.size), float(error.mean()), float(np.quantile(error, 0.9)),
-                       float(roofline.mean()))
+def _write_atomically(target: Path, text: str) -> None:
+    target.parent.mkdir(exist_ok=True)
+    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    temporary = Path(name)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        temporary.chmod(0o644)  # mkstemp makes it private; a report is ordinary data
+        os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)

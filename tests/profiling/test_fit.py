@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from costmodel.predictors import cache_dir, device_gpu, fitted_profile, forget_fitted
+from costmodel.predictors import OperatorPredictor, cache_dir, device_gpu, fitted_profile, forget_fitted
 from costmodel.predictors._fitted import cache_key
 from costmodel.profiles import load_profile, make_profile, write_profile_files
 from costmodel.profiling.fit import fit_directory
@@ -64,15 +64,23 @@ def test_profile_physics_make_the_fit_independent_of_the_runs_gpu(measured_dir):
     assert device_gpu(profile, h100).hbm_capacity_bytes == h100.hbm_capacity_bytes  # not measured: the run's
 
 
-def test_predict_loads_the_stored_fit(measured_dir, monkeypatch, tmp_path):
-    fit_directory(measured_dir)
+def test_fit_stores_only_data_in_the_profile_and_the_fit_in_the_private_cache(measured_dir, monkeypatch, tmp_path):
+    report = fit_directory(measured_dir)
+    assert sorted(p.name for p in (measured_dir / "fitted").iterdir()) == ["report.yaml"]
+    assert report.cached is not None and report.cached.parent == cache_dir()
     forget_fitted()
-    monkeypatch.setenv("PARPLAN_CACHE_DIR", str(tmp_path / "empty-cache"))
+    calls: list[str] = []
+    original = OperatorPredictor.fit
+    monkeypatch.setattr(OperatorPredictor, "fit", lambda self, X, y: calls.append("fit") or original(self, X, y))
     fitted = fitted_profile(load_profile(measured_dir), get_gpu("h100-sxm5-80gb"))
-    assert not cache_dir().exists()  # found in DIR/fitted: nothing fitted, nothing written to the user cache
+    assert calls == []  # the private cache's fit
     seconds, inside = fitted.predict_memory("norm", "fwd", [2**18, 2**40])
     assert inside.tolist() == [True, False]
     assert seconds[0] == pytest.approx(4.0 * 2**18 / (0.6 * BANDWIDTH) + 3e-6, rel=0.1)
+    forget_fitted()
+    monkeypatch.setenv("PARPLAN_CACHE_DIR", str(tmp_path / "another-users-cache"))
+    fitted_profile(load_profile(measured_dir), get_gpu("h100-sxm5-80gb"))
+    assert len(calls) == len(report.errors)  # another user refits from the tables
 
 
 def test_profile_without_physics_needs_a_gpu(tmp_path):
@@ -96,7 +104,7 @@ def test_cli_fit_prints_the_held_out_error(measured_dir, cli, capsys):
     assert "laptop: cpu (synthetic)" in out
     line = next(row for row in out.splitlines() if row.startswith("gemm_bf16"))
     assert line.split()[1:3] == ["225", "75"] and line.split()[3].endswith("%")
-    assert "fitted predictors stored in" in out
+    assert "held-out report written to" in out and "fitted predictors cached in" in out
     assert cli(["profile", "fit", str(measured_dir), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {row["family"] for row in data["families"]} == {"gemm_bf16", "memory_norm_fwd", "nccl_all_reduce"}

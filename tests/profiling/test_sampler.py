@@ -95,8 +95,8 @@ def test_predict_times_the_runs_gemms_from_the_cpu_profile(gemm_run, monkeypatch
     report, _ = gemm_run
     fit_directory(report.out)
     forget_fitted()
-    # The fitted predictors come from DIR/fitted, not from a new fit.
-    monkeypatch.setattr(OperatorPredictor, "fit", lambda *a: pytest.fail("refitted instead of loading DIR/fitted"))
+    # The fitted predictors come from the private cache `profile fit` filled, not from a new fit.
+    monkeypatch.setattr(OperatorPredictor, "fit", lambda *a: pytest.fail("refitted instead of loading the cache"))
     run = run_spec_from_mapping({
         "model": {"name": "tiny", "num_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
                   "ffn_hidden_size": 1024, "vocab_size": 1024, "seq_length": 512},

@@ -1,0 +1,215 @@
+"""Nothing from a profile folder or a cache others can write is unpickled; the private cache is signed.
+
+Each attack plants a pickle whose ``__reduce__`` creates a marker file, under the
+very name parplan looks for, with a matching ``.sha256`` beside it (the old
+format's checksum, which anyone who can write the one can write), and checks
+that the marker never appears.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from costmodel.predictors import _cache, cache_dir, fitted_profile, forget_fitted
+from costmodel.predictors._fitted import cache_key
+from costmodel.profiles import load_profile, make_profile, write_profile_files
+from costmodel.specs import get_gpu
+
+H100 = "h100-sxm5-80gb"
+PEAK, BANDWIDTH = 2e11, 2e10  # a CPU core
+PHYSICS = {"peak_flops": {"bf16": PEAK}, "hbm_bandwidth_bytes_per_s": BANDWIDTH, "num_sms": 1, "source": "synthetic"}
+RUN = {"model": "llama3.1-8b", "seq_length": 4096, "cluster": {"gpu": H100, "num_gpus": 16},
+       "strategy": {"tp": 2, "pp": 2, "micro_batch_size": 1, "global_batch_size": 64}}
+
+
+class _Planted:
+    """Unpickling this creates ``marker``: proof that a planted file ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (self.marker, "w"))
+
+
+@pytest.fixture
+def profile_dir(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    m, n, k = (np.round(np.exp(rng.uniform(np.log(64), np.log(2048), (120, 3))) / 16) * 16).astype(int).T
+    elements = (2 ** rng.uniform(14, 24, 30)).astype(int) // 1024 * 1024
+    tables = {
+        "gemm_bf16": {"m": m, "n": n, "k": k,
+                      "latency_s": 2.0 * m * n * k / (0.7 * PEAK) + 2.0 * (m * k + n * k + m * n) / BANDWIDTH + 5e-6},
+        "memory": {"kind": ["norm"] * elements.size, "phase": ["fwd"] * elements.size, "elements": elements,
+                   "bytes": 4 * elements, "latency_s": 4.0 * elements / (0.6 * BANDWIDTH) + 3e-6},
+    }
+    directory = tmp_path / "shared-profile"
+    write_profile_files(make_profile("shared", "cpu", {"physics": PHYSICS}, tables), directory)
+    return directory
+
+
+def _plant(directory: Path, key: str, marker: Path) -> Path:
+    """The old cache format: ``<key>.joblib`` and its matching ``.sha256``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    payload = pickle.dumps(_Planted(marker))
+    data = directory / f"{key}.joblib"
+    data.write_bytes(payload)
+    (directory / f"{key}.joblib.sha256").write_text(hashlib.sha256(payload).hexdigest() + "\n", encoding="ascii")
+    return data
+
+
+def _key(profile_dir: Path) -> str:
+    return cache_key(load_profile(profile_dir), get_gpu(H100))
+
+
+def _predict_cli(tmp_path: Path, profile_dir: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    spec = tmp_path / "run.yaml"
+    spec.write_text(yaml.safe_dump(RUN), encoding="utf-8")
+    env = {**os.environ, "PARPLAN_CACHE_DIR": str(cache)}
+    return subprocess.run([sys.executable, "-m", "parplan.cli", "predict", str(spec), "--profile", str(profile_dir),
+                           "--json"], capture_output=True, text=True, env=env, timeout=300, check=False)
+
+
+def test_a_pickle_planted_in_a_profiles_fitted_folder_does_not_run_from_the_cli(tmp_path, profile_dir):
+    marker = tmp_path / "ran"
+    _plant(profile_dir / "fitted", _key(profile_dir), marker)
+    private = tmp_path / "cache"
+    private.mkdir(mode=0o700)
+    proc = _predict_cli(tmp_path, profile_dir, private)
+    assert not marker.exists()
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["step_time_s"] > 0  # refitted from the tables instead
+
+
+def test_a_pickle_planted_in_a_profiles_fitted_folder_does_not_run_from_the_library(tmp_path, profile_dir,
+                                                                                     monkeypatch):
+    from parplan import api
+
+    marker = tmp_path / "ran"
+    _plant(profile_dir / "fitted", _key(profile_dir), marker)
+    monkeypatch.setenv("PARPLAN_CACHE_DIR", str(tmp_path / "cache"))
+    forget_fitted()
+    fitted = fitted_profile(load_profile(profile_dir), get_gpu(H100))
+    assert not marker.exists()
+    assert "gemm_bf16" in fitted.families
+    spec = tmp_path / "run.yaml"
+    spec.write_text(yaml.safe_dump(RUN), encoding="utf-8")
+    with pytest.warns(UserWarning):  # the device warning: a CPU profile for an H100 run
+        result = api.predict_file(spec, profile_dir)
+    assert not marker.exists()
+    assert result["step_time_s"] > 0
+
+
+def test_a_pickle_planted_in_a_group_writable_cache_does_not_run(tmp_path, profile_dir):
+    marker = tmp_path / "ran"
+    cache = tmp_path / "team-cache"
+    _plant(cache / "predictors", _key(profile_dir), marker)
+    cache.chmod(0o777)
+    (cache / "predictors").chmod(0o775)
+    proc = _predict_cli(tmp_path, profile_dir, cache)
+    assert not marker.exists()
+    assert proc.returncode == 0, proc.stderr
+    assert "predictor cache" in proc.stderr and "not private" in proc.stderr
+    assert sorted(p.name for p in (cache / "predictors").iterdir()) == sorted(  # nothing written there
+        [f"{_key(profile_dir)}.joblib", f"{_key(profile_dir)}.joblib.sha256"])
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("PARPLAN_CACHE_DIR", str(tmp_path / "cache"))
+    return cache_dir()
+
+
+def test_the_cache_is_created_private_with_a_private_secret(private_cache):
+    assert _cache.store("k", {"x": 1}) == private_cache / "k.joblib"
+    assert stat.S_IMODE(private_cache.stat().st_mode) == 0o700
+    assert stat.S_IMODE((private_cache / "hmac.key").stat().st_mode) == 0o600
+    assert _cache.load("k") == {"x": 1}
+
+
+def test_a_signed_payload_is_not_loaded_once_the_directory_is_group_writable(tmp_path, private_cache):
+    marker = tmp_path / "ran"
+    _cache.store("k", _Planted(marker))  # as if written by this user: signed with the real secret
+    private_cache.chmod(0o770)
+    with pytest.warns(UserWarning, match="not private"):
+        assert _cache.load("k") is None
+    assert not marker.exists()
+    private_cache.chmod(0o700)
+    _cache.load("k")
+    assert marker.exists()  # the mode check alone stopped it above
+
+
+def test_a_cache_owned_by_another_user_is_not_used(tmp_path, private_cache, monkeypatch):
+    marker = tmp_path / "ran"
+    _cache.store("k", _Planted(marker))
+    monkeypatch.setattr(os, "getuid", lambda: os.stat(private_cache).st_uid + 1)
+    with pytest.warns(UserWarning, match="not private"):
+        assert _cache.load("k") is None
+        assert _cache.store("k2", 1) is None
+    assert not marker.exists() and not (private_cache / "k2.joblib").exists()
+
+
+def test_a_secret_others_can_read_disables_the_cache(tmp_path, private_cache):
+    marker = tmp_path / "ran"
+    _cache.store("k", _Planted(marker))
+    (private_cache / "hmac.key").chmod(0o644)
+    with pytest.warns(UserWarning, match="hmac.key"):
+        assert _cache.load("k") is None
+    assert not marker.exists()
+
+
+def test_a_payload_with_a_forged_signature_is_never_unpickled(tmp_path, private_cache, monkeypatch):
+    marker = tmp_path / "ran"
+    _cache.store("k", {"x": 1})
+    payload = pickle.dumps(_Planted(marker))
+    forged = _cache._TAG + hashlib.sha256(payload).digest() + payload
+    (private_cache / "k.joblib").write_bytes(forged)
+    monkeypatch.setattr(_cache.joblib, "load", lambda *a, **k: pytest.fail("unpickled"))
+    assert _cache.load("k") is None
+    (private_cache / "k.joblib").write_bytes(pickle.dumps(_Planted(marker)))  # no tag at all
+    assert _cache.load("k") is None
+    assert not marker.exists()
+
+
+def test_a_payload_signed_for_another_key_is_not_loaded(private_cache):
+    _cache.store("a", "value of a")
+    os.replace(private_cache / "a.joblib", private_cache / "b.joblib")
+    assert _cache.load("b") is None
+
+
+def test_a_symlinked_cache_directory_is_not_used(tmp_path, monkeypatch):
+    real = tmp_path / "elsewhere"
+    real.mkdir(mode=0o700)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "predictors").symlink_to(real)
+    monkeypatch.setenv("PARPLAN_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.warns(UserWarning, match="not private"):
+        assert _cache.store("k", 1) is None
+    assert list(real.iterdir()) == []
+
+
+def test_a_refit_from_the_tables_matches_the_cached_fit(tmp_path, profile_dir, monkeypatch):
+    """Another user (another cache) refits the shared profile to the same predictions."""
+    profile = load_profile(profile_dir)
+    monkeypatch.setenv("PARPLAN_CACHE_DIR", str(tmp_path / "mine"))
+    forget_fitted()
+    mine = fitted_profile(profile, get_gpu(H100))
+    monkeypatch.setenv("PARPLAN_CACHE_DIR", str(tmp_path / "theirs"))
+    forget_fitted()
+    theirs = fitted_profile(profile, get_gpu(H100))
+    X, _ = mine.shapes("gemm_bf16")
+    np.testing.assert_array_equal(mine.predictor("gemm_bf16").predict(X), theirs.predictor("gemm_bf16").predict(X))
+    forget_fitted()
+    again = fitted_profile(profile, get_gpu(H100))  # from the private cache, not refitted
+    assert again.fit_seconds == theirs.fit_seconds
