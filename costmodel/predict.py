@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from costmodel.calibration import step_time_interval
 from costmodel.specs.catalog import get_gpu
 from costmodel.specs.errors import SpecError
 from costmodel.specs.gpu import GiB, GPUSpec
+from costmodel.specs.notices import ParplanWarning
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.strategy import pipeline_layers
 from costmodel.step import predict_step, throughput
@@ -31,15 +33,27 @@ def catalog_reference(gpu: GPUSpec) -> GPUSpec:
 @lru_cache(maxsize=32)
 def _timer(gpu: GPUSpec, profile_dir: str | None) -> OperatorTimer:
     from costmodel.predictors import fitted_profile
-    from costmodel.profiles.profile import builtin_profile, load_profile
+    from costmodel.profiles.profile import builtin_profile, device_mismatch, load_profile
 
     profile = load_profile(profile_dir) if profile_dir is not None else builtin_profile(gpu.name)
     if profile is None:
         return OperatorTimer(gpu, None)
+    if (mismatch := device_mismatch(profile, gpu.name)) is not None:
+        warnings.warn(mismatch, ParplanWarning, stacklevel=2)  # once per GPU and profile: memoised
     # The tables were measured under the catalog figures: the predictors are fitted against those
     # (one fit whatever the overrides) and the timer scales their times to the overridden ones.
     reference = catalog_reference(gpu)
     return OperatorTimer(gpu, fitted_profile(profile, reference), reference=reference)
+
+
+def _profile_warnings(timer: OperatorTimer, gpu: GPUSpec) -> list[str]:
+    """Oddities of the timer's profile for this GPU: another device, fits not used (``FittedProfile.notes``)."""
+    from costmodel.profiles.profile import device_mismatch
+
+    if timer.predictors is None:
+        return []
+    mismatch = device_mismatch(timer.predictors.profile, gpu.name)
+    return ([] if mismatch is None else [mismatch]) + list(getattr(timer.predictors, "notes", ()))
 
 
 def timer_for(gpu: GPUSpec, profile_dir: str | Path | None = None) -> OperatorTimer:
@@ -67,10 +81,12 @@ def predict_run(run: RunSpec, profile_dir: str | Path | None = None,
 def _predict_run(run: RunSpec, timer: OperatorTimer) -> dict[str, Any]:
     verdict = check(run)
     out: dict[str, Any] = {"fits": verdict.fits}
+    profile_warnings = _profile_warnings(timer, run.cluster.gpu)
     if run.strategy.world_size != run.cluster.num_gpus:
         # No rank layout exists, so no communication or schedule can be timed: report memory only.
         out.update(_memory_fields(verdict, timer))
-        out["warnings"] = ["step time not predicted: the parallel degrees do not lay out the cluster's GPUs"]
+        out["warnings"] = [*profile_warnings,
+                           "step time not predicted: the parallel degrees do not lay out the cluster's GPUs"]
         return out
     step = predict_step(run, timer)
     out["step_time_s"] = step.step_time_s
@@ -83,7 +99,7 @@ def _predict_run(run: RunSpec, timer: OperatorTimer) -> dict[str, Any]:
         "stages": [{**c.to_dict(run.strategy.num_microbatches), "stage": st,
                     "layers": round(layers_per_stage(run.model, run.strategy, st))}
                    for st, c in enumerate(step.stage_computes)],
-        "warnings": _warnings(step.notes, timer),
+        "warnings": profile_warnings + _warnings(step.notes, timer),
     })
     interval = step_time_interval(step.step_time_s)
     if interval is not None:
