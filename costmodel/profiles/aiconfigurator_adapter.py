@@ -158,6 +158,8 @@ _WITHOUT_DATA: Final[dict[str, str]] = {
     "gh200-96gb": "it has no GH200 system",
     "gh200-144gb": "it has no GH200 system",
     "mi300x": "it has no AMD system",
+    "mi325x": "it has no AMD system",
+    "mi355x": "it has no AMD system",
 }
 
 _GEMM_COLUMNS: Final = ["device", "kernel_source", "gemm_dtype", "m", "n", "k", "latency"]
