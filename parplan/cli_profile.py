@@ -122,13 +122,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
     report = fit_directory(args.profile_dir, get_gpu(args.gpu) if args.gpu else None)
     used = report.fitted.families
     rows: list[dict[str, Any]] = [{**e.to_dict(), "used": e.family in used} for e in report.errors]
-    warnings = report.fitted.notes
-    for warning in warnings:
-        sys.stderr.write(f"parplan: warning: {warning}\n")
+    notes = list(report.fitted.notes)  # fits worse than the roofline: stored as not used
+    for note in notes:
+        sys.stderr.write(f"parplan: warning: {note}\n")
     if args.json:
-        print(json.dumps({"profile": report.fitted.profile.name, "families": rows, "warnings": list(warnings),
-                          "stored": str(report.stored), "cached": None if report.cached is None else str(report.cached)},
-                         indent=2))
+        cached = None if report.cached is None else str(report.cached)
+        print(json.dumps({"profile": report.fitted.profile.name, "families": rows, "warnings": notes,
+                          "stored": str(report.stored), "cached": cached}, indent=2))
         return EXIT_OK
     print(f"profile {report.fitted.profile.name}")
     print(f"{'family':<28} {'train':>6} {'held-out':>8} {'MAPE':>7} {'p90':>7} {'roofline MAPE':>14}  used")

@@ -199,9 +199,6 @@ class FittedProfile:
             If the profile has no GEMM table for ``dtype``.
         """
         family = _GEMM_DTYPES.get(dtype, (f"gemm_{dtype}", 0.0))[0]
-        if family not in self.families:
-            raise KeyError(f"profile {self.profile.name!r} has no fitted {family} table "
-                           f"(fitted: {', '.join(self.families)})")
         return self._broadcast_predict(family, m, n, k)
 
     def predict_attention_fwd(self, batch: ArrayLike, seq: ArrayLike, heads: ArrayLike, kv_heads: ArrayLike,
@@ -260,9 +257,11 @@ class FittedProfile:
 
     def _require(self, family: str) -> str:
         """``family`` if its predictor is used, else KeyError."""
+        if family in self.unused:
+            raise KeyError(f"profile {self.profile.name!r}: the {family} fit is worse than the roofline on its "
+                           f"held-out rows and not used (used: {', '.join(self.families)})")
         if family not in self.families:
-            why = "'s fit is worse than the roofline (not used)" if family in self.unused else " predictor"
-            raise KeyError(f"profile {self.profile.name!r} has no fitted {family}{why} "
+            raise KeyError(f"profile {self.profile.name!r} has no fitted {family} predictor "
                            f"(used: {', '.join(self.families)})")
         return family
 

@@ -6,8 +6,16 @@ import json
 
 import numpy as np
 import pytest
+import yaml
 
-from costmodel.predictors import OperatorPredictor, cache_dir, device_gpu, fitted_profile, forget_fitted
+from costmodel.predictors import (
+    GemmPredictor,
+    OperatorPredictor,
+    cache_dir,
+    device_gpu,
+    fitted_profile,
+    forget_fitted,
+)
 from costmodel.predictors._fitted import cache_key
 from costmodel.profiles import load_profile, make_profile, write_profile_files
 from costmodel.profiling.fit import fit_directory
@@ -136,3 +144,76 @@ def test_timer_uses_a_profiles_memory_table(measured_dir):
     assert timed.seconds[0] == pytest.approx(4.0 * 2**18 / (0.6 * BANDWIDTH) + 3e-6, rel=0.1)
     residual = memory_op("attn_residual.fwd", "fwd", 2**18, 6 * 2**18)  # no measured residual kernels
     assert OperatorTimer(gpu, fitted).time_ops([residual]).sources == ["analytic"]
+
+
+@pytest.fixture
+def noisy_dir(tmp_path):
+    """A GEMM table of pure measurement noise around the roofline: the fit chases the noise."""
+    rng = np.random.default_rng(2)
+    m, n, k = (np.round(np.exp(rng.uniform(np.log(64), np.log(2048), (200, 3))) / 16) * 16).astype(int).T
+    roofline = GemmPredictor(peak_flops=PEAK, hbm_bandwidth_bytes_per_s=BANDWIDTH, num_sms=1).roofline_s(
+        np.column_stack([m, n, k]).astype(float))
+    tables = {"gemm_bf16": {"m": m, "n": n, "k": k, "latency_s": roofline * rng.lognormal(0, 0.5, m.size)}}
+    physics = {key: PHYSICS[key] for key in ("peak_flops", "hbm_bandwidth_bytes_per_s", "num_sms")}
+    write_profile_files(make_profile("noisy", "cpu", {"physics": physics, "fit_sampling": USER_FIT_SAMPLING}, tables),
+                        tmp_path / "noisy")
+    return tmp_path / "noisy"
+
+
+def test_a_fit_worse_than_the_roofline_is_stored_marked_and_not_used(noisy_dir):
+    report = fit_directory(noisy_dir)
+    (error,) = report.errors
+    assert error.mape > error.roofline_mape  # the premise: 64% against 46%
+    assert report.unused == ("gemm_bf16",) and report.fitted.families == ()
+    stored = yaml.safe_load(report.stored.read_text(encoding="utf-8"))
+    assert stored["families"]["gemm_bf16"]["used"] is False
+    with pytest.raises(KeyError, match="worse than the roofline"):
+        report.fitted.predict_gemm(256, 256, 256, "bf16")
+
+
+def test_a_fit_worse_than_the_roofline_gives_the_labelled_fall_back(noisy_dir):
+    from costmodel.decompose import stage_ops
+    from costmodel.predict import predict_run, timer_for
+    from costmodel.specs import run_spec_from_mapping
+
+    fit_directory(noisy_dir)
+    run = run_spec_from_mapping({
+        "model": {"name": "tiny", "num_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
+                  "ffn_hidden_size": 1024, "vocab_size": 1024, "seq_length": 512},
+        "seq_length": 512, "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 8},
+        "strategy": {"tp": 1, "pp": 1, "micro_batch_size": 1, "global_batch_size": 8}})
+    with pytest.warns(UserWarning, match="measured on 'cpu'"):
+        result = predict_run(run, noisy_dir)
+    (note,) = [w for w in result["warnings"] if "gemm_bf16 fit" in w]
+    assert "not used" in note and "fall-back" in note
+    timed = timer_for(run.cluster.gpu, noisy_dir).time_ops(stage_ops(run, 0))
+    gemm_sources = {source for op, source in zip(timed.ops, timed.sources, strict=True) if op.family == "gemm"}
+    assert gemm_sources == {"roofline"}
+
+
+def test_use_worse_fits_in_the_metadata_keeps_the_fit(noisy_dir):
+    metadata = yaml.safe_load((noisy_dir / "metadata.yaml").read_text(encoding="utf-8"))
+    (noisy_dir / "metadata.yaml").write_text(yaml.safe_dump({**metadata, "use_worse_fits": True}), encoding="utf-8")
+    report = fit_directory(noisy_dir)
+    assert report.unused == () and report.fitted.families == ("gemm_bf16",)
+    seconds, inside = report.fitted.predict_gemm(256, 256, 256, "bf16")
+    assert bool(inside) and float(seconds) > 0
+
+
+def test_use_worse_fits_must_be_a_bool():
+    with pytest.raises(SpecError, match="metadata.use_worse_fits"):
+        make_profile("x", "cpu", {"use_worse_fits": "yes"}, {})
+
+
+def test_cli_fit_warns_about_a_fit_worse_than_the_roofline(noisy_dir, cli, capsys):
+    assert cli(["profile", "fit", str(noisy_dir)]) == 0
+    captured = capsys.readouterr()
+    (warning,) = captured.err.splitlines()
+    assert warning.startswith("parplan: warning: ") and "gemm_bf16 fit" in warning and "not used" in warning
+    line = next(row for row in captured.out.splitlines() if row.startswith("gemm_bf16"))
+    assert line.split()[-1] == "NO"
+    assert cli(["profile", "fit", str(noisy_dir), "--json"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["families"][0]["used"] is False and len(data["warnings"]) == 1
+    assert captured.err.count("parplan: warning:") == 1
