@@ -17,6 +17,7 @@ study's problems and its profile are checked before the first search.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import Counter
@@ -107,7 +108,7 @@ def run_study(spec: StudySpec, out_dir: str | Path, *, storage: str | None = Non
     pending = sorted((p for p in problems if p.key not in done), key=_largest_first)
     try:  # the status line ends on a new line even when a Ctrl-C ends the run
         while pending:
-            tasks = (delayed(attempt)(p, url, spec.top_k, ttl_s, str(out)) for p in pending)
+            tasks = (delayed(attempt)(p, url, spec.top_k, ttl_s, str(out), os.getpid()) for p in pending)
             busy = []
             for a in Parallel(n_jobs=n_jobs, return_as="generator_unordered", batch_size=1)(tasks):
                 if a.outcome == "busy" or a.result is None:

@@ -10,7 +10,10 @@ worker that was only slow.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,8 +64,15 @@ class Attempt:
 
 
 def attempt(problem: Problem, url: str, top_k: int = 5, ttl_s: float = DEFAULT_TTL_S,
-            out_dir: str | None = None) -> Attempt:
-    """Search ``problem`` unless it is done or claimed by a live worker; store and return its result."""
+            out_dir: str | None = None, parent_pid: int | None = None) -> Attempt:
+    """Search ``problem`` unless it is done or claimed by a live worker; store and return its result.
+
+    ``parent_pid``: the process that started this task; in any other process (a joblib worker) Ctrl-C is
+    left to that parent, which stops the pool and prints one line, instead of every worker printing a
+    traceback.
+    """
+    if parent_pid is not None and os.getpid() != parent_pid and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     store = store_for(url)
     key = problem.key
     if store.done_keys([key]):
