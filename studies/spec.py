@@ -1,6 +1,7 @@
 """Study files: a YAML recipe parsed strictly into a frozen :class:`StudySpec`.
 
-A study is data only (``yaml.safe_load``): the models, GPU kinds, GPU counts,
+A study is data only (read by :mod:`costmodel.specs.userfile`: a bounded safe
+YAML loader without aliases or duplicate keys): the models, GPU kinds, GPU counts,
 batches and sequence lengths to cross, and how to search each problem. Every
 mapping rejects unknown keys with a one-line :class:`SpecError` that names the
 field, the value and what is allowed. Relative paths (``hf_config``,
@@ -32,9 +33,17 @@ from pathlib import Path
 from typing import Any
 
 from costmodel.specs.catalog import get_gpu, get_model, model_catalog
-from costmodel.specs.errors import SpecError, reject_unknown_keys, require_bool, require_choice, require_int
+from costmodel.specs.errors import (
+    MAX_INT,
+    SpecError,
+    reject_unknown_keys,
+    require_bool,
+    require_choice,
+    require_int,
+)
 from costmodel.specs.model import ModelSpec, model_from_mapping
-from costmodel.specs.runspec import read_structured_file
+from costmodel.specs.runspec import MAX_NUM_GPUS
+from costmodel.specs.userfile import read_user_file
 from search.objective import OBJECTIVES
 from search.samplers import SAMPLERS
 from search.space import BOUND_NAMES, KNOBS, SearchBounds, parse_knob_value
@@ -179,7 +188,7 @@ class StudySpec:
         for gpu in self.gpus:
             get_gpu(gpu)
         if self.gpus_per_node is not None:
-            require_int("gpus_per_node", self.gpus_per_node)
+            require_int("gpus_per_node", self.gpus_per_node, maximum=MAX_NUM_GPUS)
         require_int("outputs.top_k", self.top_k)
 
     def to_dict(self) -> dict[str, Any]:
@@ -222,7 +231,7 @@ def load_study(path: str | Path) -> StudySpec:
         On the first invalid field, with its name, the value and what is allowed.
     """
     p = Path(path).resolve()
-    data = read_structured_file(p, field="study")
+    data = read_user_file(p, field="study")
     return study_from_mapping(data, base_dir=p.parent, source=p)
 
 
@@ -320,21 +329,22 @@ def _hf_model(section: str, item: dict[str, Any], base: Path) -> ModelSpec:
     return model_from_hf_config(_resolve(base, path), seq_length=seq)
 
 
-def _int_list(section: str, value: Any) -> list[int]:
-    return [require_int(f"{section}[{i}]" if isinstance(value, list) else section, v)
+def _int_list(section: str, value: Any, maximum: int = MAX_INT) -> list[int]:
+    return [require_int(f"{section}[{i}]" if isinstance(value, list) else section, v, maximum=maximum)
             for i, v in enumerate(_as_list(section, value))]
 
 
 def _gpu_counts(value: Any) -> tuple[int, ...]:
     """A count, a list of counts, or ``{min, max, factor}`` / ``{min, max, step}`` (inclusive)."""
     if not isinstance(value, dict):
-        counts = _int_list("gpu_counts", value)
+        counts = _int_list("gpu_counts", value, maximum=MAX_NUM_GPUS)
     else:
         reject_unknown_keys("gpu_counts", value, RANGE_KEYS)
         for key in ("min", "max"):
             if key not in value:
                 raise SpecError(f"gpu_counts.{key}", None, "given in a range")
-        low, high = require_int("gpu_counts.min", value["min"]), require_int("gpu_counts.max", value["max"])
+        low = require_int("gpu_counts.min", value["min"], maximum=MAX_NUM_GPUS)
+        high = require_int("gpu_counts.max", value["max"], maximum=MAX_NUM_GPUS)
         if high < low:
             raise SpecError("gpu_counts.max", high, f"an integer >= gpu_counts.min={low}")
         if "factor" in value and "step" in value:
@@ -410,9 +420,14 @@ def _knob_values(section: str, value: Any, single: bool) -> tuple[tuple[str, Any
 
 
 def _knob_value(section: str, knob: str, raw: Any) -> Any:
-    if isinstance(raw, (dict, list)) or raw is None:
-        raise SpecError(section, raw, f"a single value of {knob}")
-    value = parse_knob_value(knob, str(raw).lower() if isinstance(raw, bool) else str(raw))
+    if isinstance(raw, (dict, list, float)) or raw is None:  # 8.0 too: integer knobs take integers only
+        raise SpecError(section, raw, f"a single value of {knob} (an integer, true/false or a name)")
+    try:
+        value = parse_knob_value(knob, str(raw).lower() if isinstance(raw, bool) else str(raw))
+    except SpecError as exc:  # name the study field, not the bare knob
+        raise SpecError(section, raw, exc.allowed) from None
     if isinstance(raw, bool):
         require_bool(section, value)
+    if isinstance(value, int) and not isinstance(value, bool):  # a degree >= 1; zero_stage may be 0
+        require_int(section, value, minimum=0 if knob == "zero_stage" else 1)
     return value

@@ -2,37 +2,75 @@
 
 from __future__ import annotations
 
+import math
+import reprlib
 from typing import Any
+
+QUOTE_CHARS = 80
+"""Longest quoted field or value in an error line (a 10 MB value must not make a 10 MB line)."""
+MAX_INT = 2**31 - 1
+"""Default upper bound of integer fields: far beyond any real model or job, and small enough that
+divisor and layout enumeration (O(sqrt n)) stays instant."""
+MAX_NUMBER = 1e18
+"""Default upper bound of real-valued fields: far above any physical figure in catalog units
+(TFLOP/s, GB/s, GiB, microseconds), so conversions to SI units (x 1e12) and products stay finite."""
+
+_QUOTE = reprlib.Repr()
+# reprlib bounds the work as well as the text: a huge nested list is never rendered in full.
+_QUOTE.maxstring = _QUOTE.maxother = _QUOTE.maxlong = QUOTE_CHARS
+_QUOTE.maxlist = _QUOTE.maxtuple = _QUOTE.maxdict = _QUOTE.maxset = 8
+_QUOTE.maxlevel = 3
+
+
+def quote(value: Any) -> str:
+    """``repr(value)`` cut to at most ``QUOTE_CHARS`` characters, ending in ``...`` when cut."""
+    try:
+        text = _QUOTE.repr(value)
+    except ValueError:  # an int past Python's 4300-digit str() limit
+        text = f"<an integer of {value.bit_length()} bits>"
+    return text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS - 3] + "..."
 
 
 class SpecError(ValueError):
     """A run spec, catalog entry or argument is invalid.
 
     The message always has one shape: it names the field, the value given and
-    what is allowed, on a single line.
+    what is allowed, on a single line; field and value are quoted with
+    :func:`quote` (at most 80 characters each).
     """
 
     def __init__(self, field: str, value: Any, allowed: str) -> None:
         self.field = field
         self.value = value
         self.allowed = allowed
-        super().__init__(f"The {field!r} parameter must be {allowed}. Got {value!r} instead.")
+        allowed = " ".join(str(allowed).split())  # one line, whatever a parser's message held
+        super().__init__(f"The {quote(field)} parameter must be {allowed}. Got {quote(value)} instead.")
 
 
-def require_int(field: str, value: Any, minimum: int = 1) -> int:
-    """Return ``value`` if it is an int >= ``minimum`` (bools rejected)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SpecError(field, value, f"an integer >= {minimum}")
+def require_int(field: str, value: Any, minimum: int = 1, maximum: int = MAX_INT) -> int:
+    """Return ``value`` if it is an int in [``minimum``, ``maximum``].
+
+    Bools and floats are refused, integral ones (``8.0``) too, so that YAML and
+    JSON files are read alike.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise SpecError(field, value, f"an integer in [{minimum}, {maximum}]")
     return value
 
 
-def require_number(field: str, value: Any, minimum: float = 0.0, strict: bool = True) -> float:
-    """Return ``value`` as float if it is a number > (or >=) ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(field, value, "a number")
-    ok = value > minimum if strict else value >= minimum
-    if not ok:
-        raise SpecError(field, value, f"a number {'>' if strict else '>='} {minimum}")
+def require_number(field: str, value: Any, minimum: float = 0.0, strict: bool = True,
+                   maximum: float = MAX_NUMBER) -> float:
+    """Return ``value`` as float if it is a number > (or >=) ``minimum`` and <= ``maximum``.
+
+    NaN and inf are refused (NaN fails every comparison, so it is checked by
+    what it is), and so are strings such as ``"1.0e308"``.
+    """
+    allowed = f"a number {'>' if strict else '>='} {minimum:g} and <= {maximum:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not math.isfinite(value)):
+        raise SpecError(field, value, allowed)
+    if not (value > minimum if strict else value >= minimum) or value > maximum:
+        raise SpecError(field, value, allowed)
     return float(value)
 
 

@@ -8,14 +8,16 @@ config does not state (activation, normalisation, position embedding, biases).
 
 from __future__ import annotations
 
-import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from costmodel.specs.errors import SpecError
+from costmodel.specs.errors import SpecError, quote
 from costmodel.specs.model import ModelSpec
+from costmodel.specs.notices import ParplanWarning
+from costmodel.specs.userfile import read_user_file
 
 SECTION = "model.hf_config"
 
@@ -110,6 +112,30 @@ ARCHITECTURES = {
 
 OPT_POSITION_OFFSET = 2  # OPTLearnedPositionalEmbedding has max_position_embeddings + 2 rows
 
+# Config keys that change a step's cost but that no layout maps onto ModelSpec, and what the
+# prediction does instead. Their meaning is that of the transformers config classes: MistralConfig,
+# MixtralConfig and Qwen2Config (sliding_window; Qwen2 only with use_sliding_window, and then on
+# the layers from max_window_layers on), LongformerConfig (attention_window), Llama4TextConfig
+# (attention_chunk_size), layer_types (transformers >= 4.53), LlamaConfig (attention_bias, mlp_bias).
+WINDOW_KEYS = ("sliding_window", "attention_window", "attention_chunk_size", "layer_types")
+BIAS_KEYS = ("attention_bias", "mlp_bias")
+_CONSEQUENCE = {
+    **dict.fromkeys(WINDOW_KEYS, "attention is timed as full causal attention on every layer (an "
+                                 "over-estimate for sequences longer than the window)"),
+    **dict.fromkeys(BIAS_KEYS, "those biases are not counted (the layout has none)"),
+}
+
+
+def _in_effect(key: str, config: Mapping[str, Any], model_type: str) -> bool:
+    value = config.get(key)
+    if key == "sliding_window" and model_type == "qwen2":
+        return bool(value) and config.get("use_sliding_window") is True
+    if key == "layer_types":
+        return isinstance(value, list) and any(kind != "full_attention" for kind in value)
+    if key in BIAS_KEYS:  # only Llama-shaped layouts fix the biases off; the others read or imply them
+        return value is True and LAYOUTS[model_type] is _LLAMA
+    return bool(value)
+
 
 def read_hf_config(path: str | Path) -> tuple[dict[str, Any], Path]:
     """Load a ``config.json`` (or the one inside a folder).
@@ -132,18 +158,21 @@ def read_hf_config(path: str | Path) -> tuple[dict[str, Any], Path]:
     file = Path(path)
     if file.is_dir():
         file = file / "config.json"
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        raise SpecError(SECTION, str(path), "a readable config.json file") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(SECTION, str(file),
-                        f"valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not file.exists():
+        raise SpecError(SECTION, str(path), "a readable config.json file (none found)")
+    data = read_user_file(file, field=SECTION, fmt="json")
     if not isinstance(data, dict):
         raise SpecError(SECTION, str(file), "a JSON object (a Hugging Face config.json)")
     return data, file
+
+
+def unmodelled_keys(config: Mapping[str, Any], model_type: str) -> tuple[str, ...]:
+    """One note per config key that changes cost, is in effect and is not mapped onto ``ModelSpec``."""
+    layout = LAYOUTS[model_type]
+    mapped = {k for keys in layout.required.values() for k in keys} | {k for k, _ in layout.optional.values()}
+    return tuple(f"{SECTION}.{key}={quote(config[key])} is not modelled: {consequence}"
+                 for key, consequence in _CONSEQUENCE.items()
+                 if key not in mapped and _in_effect(key, config, model_type))
 
 
 def _model_type(config: Mapping[str, Any]) -> str:
@@ -192,7 +221,12 @@ def _opt_checks(config: Mapping[str, Any], out: dict[str, Any]) -> None:
 
 
 def model_from_hf_config(path: str | Path, seq_length: int | None = None) -> ModelSpec:
-    """Read a Hugging Face ``config.json`` into a ``ModelSpec``.
+    """Read a Hugging Face ``config.json`` into a ``ModelSpec`` (see :func:`read_hf_model`)."""
+    return read_hf_model(path, seq_length)[0]
+
+
+def read_hf_model(path: str | Path, seq_length: int | None = None) -> tuple[ModelSpec, tuple[str, ...]]:
+    """Read a Hugging Face ``config.json`` into a ``ModelSpec`` and the notes on what it leaves out.
 
     Supported ``model_type`` values: bloom, gpt2, gpt_neox, llama, mistral,
     mixtral, opt, qwen2 (a file without ``model_type`` is recognised by its
@@ -212,6 +246,10 @@ def model_from_hf_config(path: str | Path, seq_length: int | None = None) -> Mod
     -------
     ModelSpec
         Named after the config's ``_name_or_path``, else the folder holding it.
+    tuple of str
+        One note per config key that changes cost but is not modelled (e.g.
+        Mistral's ``sliding_window``); each is also issued as a ``ParplanWarning``
+        (one ``parplan: warning: ...`` line on stderr from the CLI).
 
     Raises
     ------
@@ -229,4 +267,8 @@ def model_from_hf_config(path: str | Path, seq_length: int | None = None) -> Mod
     name = config.get("_name_or_path")
     if not isinstance(name, str) or not name:
         name = file.resolve().parent.name
-    return ModelSpec(name=name, seq_length=seq_length, **fields)
+    model = ModelSpec(name=name, seq_length=seq_length, **fields)
+    notes = unmodelled_keys(config, model_type)
+    for note in notes:
+        warnings.warn(note, ParplanWarning, stacklevel=2)
+    return model, notes

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from costmodel.specs.catalog import get_gpu, get_model
 from costmodel.specs.errors import SpecError, reject_unknown_keys, require_int, require_number
@@ -15,8 +12,12 @@ from costmodel.specs.framework import DEFAULT_FRAMEWORK, Framework, get_framewor
 from costmodel.specs.gpu import CLUSTER_KEYS, ClusterSpec, GiB, override_gpu
 from costmodel.specs.model import ModelSpec, model_from_mapping
 from costmodel.specs.strategy import STRATEGY_KEYS, Strategy
+from costmodel.specs.userfile import read_user_file
 
 RUN_KEYS = frozenset({"model", "seq_length", "cluster", "strategy", "framework"})
+MAX_NUM_GPUS = 2**20
+"""Largest ``cluster.num_gpus`` (1,048,576): above today's largest jobs (about 10^5 GPUs) with room to
+spare; placement tables grow with the GPU count, so 10^12 GPUs must be refused, not allocated."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +29,8 @@ class RunSpec:
     strategy: Strategy
     seq_length: int
     framework: Framework = field(default_factory=lambda: get_framework(DEFAULT_FRAMEWORK))
+    notes: tuple[str, ...] = field(default=(), compare=False)
+    """What the spec's files state that the prediction does not model (e.g. an HF ``sliding_window``)."""
 
     def __post_init__(self) -> None:
         require_int("seq_length", self.seq_length)
@@ -42,18 +45,25 @@ class RunSpec:
 
 def resolve_model(value: Any, base_dir: Path | None = None) -> ModelSpec:
     """A catalog name, an inline mapping, or ``{hf_config: path}``."""
+    return _model_and_notes(value, base_dir)[0]
+
+
+def _model_and_notes(value: Any, base_dir: Path | None) -> tuple[ModelSpec, tuple[str, ...]]:
+    """The model and, for an HF config, the notes on the keys it does not model."""
     if isinstance(value, str):
-        return get_model(value)
+        return get_model(value), ()
     if isinstance(value, dict) and "hf_config" in value:
         reject_unknown_keys("model", value, frozenset({"hf_config"}))
-        from costmodel.specs.hf_config import model_from_hf_config
+        from costmodel.specs.hf_config import read_hf_model
 
-        path = Path(str(value["hf_config"]))
+        if not isinstance(value["hf_config"], str):
+            raise SpecError("model.hf_config", value["hf_config"], "a path to a config.json or a folder holding one")
+        path = Path(value["hf_config"])
         if base_dir is not None and not path.is_absolute():
             path = base_dir / path
-        return model_from_hf_config(path)
+        return read_hf_model(path)
     if isinstance(value, dict):
-        return model_from_mapping(value)
+        return model_from_mapping(value), ()
     raise SpecError("model", value, "a catalog name, a mapping of model fields or {hf_config: path}")
 
 
@@ -74,8 +84,9 @@ def resolve_cluster(value: Any) -> ClusterSpec:
         gpu = override_gpu(gpu, overrides)
     kwargs: dict[str, Any] = {
         "gpu": gpu,
-        "num_gpus": require_int("cluster.num_gpus", value["num_gpus"]),
-        "gpus_per_node": require_int("cluster.gpus_per_node", value.get("gpus_per_node", gpu.gpus_per_node)),
+        "num_gpus": require_int("cluster.num_gpus", value["num_gpus"], maximum=MAX_NUM_GPUS),
+        "gpus_per_node": require_int("cluster.gpus_per_node", value.get("gpus_per_node", gpu.gpus_per_node),
+                                     maximum=MAX_NUM_GPUS),
     }
     if "memory_reserve_GiB" in value:
         kwargs["memory_reserve_bytes"] = require_number(
@@ -112,31 +123,19 @@ def run_spec_from_mapping(data: Any, base_dir: Path | None = None) -> RunSpec:
     for key in ("model", "cluster"):
         if key not in data:
             raise SpecError(key, None, "given")
-    model = resolve_model(data["model"], base_dir)
+    model, notes = _model_and_notes(data["model"], base_dir)
     cluster = resolve_cluster(data["cluster"])
     strategy = resolve_strategy(data.get("strategy"), cluster.num_gpus)
     seq = data.get("seq_length", model.seq_length)
     require_int("seq_length", seq)
     framework = resolve_framework(data.get("framework"))
-    return RunSpec(model=model, cluster=cluster, strategy=strategy, seq_length=seq, framework=framework)
+    return RunSpec(model=model, cluster=cluster, strategy=strategy, seq_length=seq, framework=framework,
+                   notes=notes)
 
 
-def read_structured_file(path: str | Path, field: str = "run spec") -> Any:
-    """Parse a YAML or JSON file (``yaml.safe_load`` only); errors name the file."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(field, str(path), f"a readable file ({exc.__class__.__name__})") from None
-    try:
-        if p.suffix.lower() == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise SpecError(field, str(path), f"valid YAML or JSON ({first})") from None
+read_structured_file = read_user_file  # the earlier name; every user file goes through userfile
 
 
 def load_run_spec(path: str | Path) -> RunSpec:
     """Read a run spec from a YAML or JSON file."""
-    return run_spec_from_mapping(read_structured_file(path), base_dir=Path(path).resolve().parent)
+    return run_spec_from_mapping(read_user_file(path, field="run spec"), base_dir=Path(path).resolve().parent)
