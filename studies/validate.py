@@ -17,14 +17,15 @@ from costmodel.flops import model_flops_per_step
 from costmodel.predict import predict_run
 from costmodel.specs.errors import SpecError
 from costmodel.specs.framework import framework_for_label
-from costmodel.specs.runspec import RunSpec, read_structured_file, run_spec_from_mapping
+from costmodel.specs.runspec import RunSpec, run_spec_from_mapping
+from costmodel.specs.userfile import read_user_file
 
 ENTRY_KEYS = {"id", "source", "unstated", "framework", "run", "measured"}
 
 
 def load_validation_set(path: str | Path) -> list[dict[str, Any]]:
     """Entries of a validation file, checked for shape (runs are parsed later, one by one)."""
-    data = read_structured_file(path, field="validation set")
+    data = read_user_file(path, field="validation set")
     if not isinstance(data, list):
         raise SpecError("validation set", str(path), "a YAML list of runs")
     seen: set[str] = set()

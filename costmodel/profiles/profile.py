@@ -60,6 +60,7 @@ import yaml
 
 from costmodel.profiles import aiconfigurator_adapter as adapter
 from costmodel.specs.errors import SpecError
+from costmodel.specs.userfile import read_user_file
 
 __all__ = [
     "COLLECTIVE_OPS",
@@ -248,10 +249,7 @@ def load_profile(path: str | Path) -> Profile:
     metadata_path = directory / "metadata.yaml"
     if not metadata_path.is_file():
         raise SpecError("profile", str(path), "a directory with a metadata.yaml file")
-    try:
-        metadata = yaml.safe_load(metadata_path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{metadata_path}", type(exc).__name__, "valid YAML") from None
+    metadata = read_user_file(metadata_path, field="profile metadata", fmt="yaml")  # bounded, no aliases
     if metadata is None:
         metadata = {}
     if not isinstance(metadata, dict):
