@@ -63,7 +63,7 @@ BYTES_OPTIMIZER = BYTES_WEIGHT_FP32 + BYTES_ADAM_MOMENTS  # fp32 master copy + A
 MXFP8_BLOCK = 32
 # GPUs whose FP8 GEMMs take non-TN layouts (compute capability >= 10, Blackwell): TE keeps one
 # FP8 buffer for row- and column-wise use (TE float8_tensor.py is_non_tn_fp8_gemm_supported).
-NON_TN_FP8_GPUS = frozenset({"b200", "gb200"})
+NON_TN_FP8_GPUS = frozenset({"b200", "gb200", "b300", "gb300"})
 BYTES_LOGITS = 6  # 16-bit logits plus their fp32 copy for the loss
 
 
