@@ -6,16 +6,18 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from costmodel.specs.errors import SpecError
 from costmodel.specs.gpu import GPUSpec, gpu_from_mapping
 from costmodel.specs.model import ModelSpec, model_from_mapping
+from costmodel.specs.userfile import RefusedInput, parse_yaml
 
 
 def _read_catalog(filename: str) -> dict[str, Any]:
     text = resources.files("costmodel.catalog").joinpath(filename).read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    try:  # anchors name shared figures once (gpus.yaml); a duplicate entry must not silently replace one
+        data = parse_yaml(text, allow_aliases=True)
+    except RefusedInput as exc:  # pragma: no cover - shipped file
+        raise RuntimeError(f"catalog {filename}: {exc}") from None
     if not isinstance(data, dict):  # pragma: no cover - shipped file
         raise RuntimeError(f"catalog {filename} must be a mapping of name to entry")
     return data

@@ -36,7 +36,7 @@ MAX_DEPTH = 64
 """Deepest nesting of mappings and lists (a run spec nests 3 levels, a study 4)."""
 
 
-class _Refused(Exception):
+class RefusedInput(ValueError):
     """A limit of this module was hit while parsing (turned into a ``SpecError`` by the caller)."""
 
 
@@ -48,19 +48,22 @@ class _Checks:
     """Compose-level checks mixed into a safe loader: no anchors or aliases, no duplicate keys, bounded depth.
 
     They run on events and nodes, before any value is built, so an alias is
-    refused before it can be expanded.
+    refused before it can be expanded. ``allow_aliases`` is for the shipped
+    catalogs only (trusted package data that names shared figures once).
     """
 
     _depth = 0
+    allow_aliases = False
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()  # type: ignore[attr-defined]
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise _Refused(f"YAML without anchors or aliases (&{event.anchor} / *{event.anchor}"
+        if not self.allow_aliases and (isinstance(event, yaml.AliasEvent)
+                                       or getattr(event, "anchor", None) is not None):
+            raise RefusedInput(f"YAML without anchors or aliases (&{event.anchor} / *{event.anchor}"
                            f"{_position(event.start_mark)})")
         self._depth += 1
         if self._depth > MAX_DEPTH:
-            raise _Refused(f"YAML nested at most {MAX_DEPTH} levels deep (deeper{_position(event.start_mark)})")
+            raise RefusedInput(f"YAML nested at most {MAX_DEPTH} levels deep (deeper{_position(event.start_mark)})")
         try:
             return super().compose_node(parent, index)  # type: ignore[misc]
         finally:
@@ -70,11 +73,11 @@ class _Checks:
         seen: set[Hashable] = set()
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` only makes sense with aliases
-                raise _Refused(f"YAML without merge keys (<<{_position(key_node.start_mark)})")
+                raise RefusedInput(f"YAML without merge keys (<<{_position(key_node.start_mark)})")
             key = self.construct_object(key_node, deep=True)  # type: ignore[attr-defined]
             if isinstance(key, Hashable):
                 if key in seen:
-                    raise _Refused(f"YAML without duplicate keys ({str(key)[:40]!r} repeated"
+                    raise RefusedInput(f"YAML without duplicate keys ({str(key)[:40]!r} repeated"
                                    f"{_position(key_node.start_mark)})")
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)  # type: ignore[misc]
@@ -106,14 +109,14 @@ if CParser is not None:
 
 
 def _refuse_constant(name: str) -> None:
-    raise _Refused(f"JSON without {name} (not a JSON number)")
+    raise RefusedInput(f"JSON without {name} (not a JSON number)")
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _Refused(f"JSON without duplicate keys ({key[:40]!r} repeated)")
+            raise RefusedInput(f"JSON without duplicate keys ({key[:40]!r} repeated)")
         out[key] = value
     return out
 
@@ -125,24 +128,28 @@ def _check_depth(data: Any, fmt: str) -> None:
         value, depth = stack.pop()
         if isinstance(value, (dict, list)):
             if depth > MAX_DEPTH:
-                raise _Refused(f"{fmt} nested at most {MAX_DEPTH} levels deep")
+                raise RefusedInput(f"{fmt} nested at most {MAX_DEPTH} levels deep")
             children = value.values() if isinstance(value, dict) else value
             stack.extend((child, depth + 1) for child in children)
 
 
 def parse_json(text: str) -> Any:
-    """Parse JSON text with this module's limits; raises ``_Refused`` or ``ValueError``."""
+    """Parse JSON text with this module's limits; raises ``RefusedInput`` or ``ValueError``."""
     try:
         data = json.loads(text, object_pairs_hook=_unique_pairs, parse_constant=_refuse_constant)
     except RecursionError:  # the C decoder recurses per level: far too deep
-        raise _Refused(f"JSON nested at most {MAX_DEPTH} levels deep") from None
+        raise RefusedInput(f"JSON nested at most {MAX_DEPTH} levels deep") from None
     _check_depth(data, "JSON")
     return data
 
 
-def parse_yaml(text: str) -> Any:
-    """Parse YAML text with the bounded safe loader; raises ``_Refused`` or ``yaml.YAMLError``."""
+def parse_yaml(text: str, allow_aliases: bool = False) -> Any:
+    """Parse YAML text with the bounded safe loader; raises ``RefusedInput`` or ``yaml.YAMLError``.
+
+    ``allow_aliases`` admits anchors and aliases (the shipped catalogs only, never a user's file).
+    """
     loader = (BoundedSafeLoader if CParser is None else BoundedCSafeLoader)(text)
+    loader.allow_aliases = allow_aliases
     try:
         return loader.get_single_data()
     finally:
@@ -208,7 +215,7 @@ def read_user_file(path: str | Path, field: str = "run spec", fmt: str | None = 
     kind = fmt or ("json" if Path(path).suffix.lower() == ".json" else "yaml")
     try:
         return parse_json(text) if kind == "json" else parse_yaml(text)
-    except _Refused as exc:
+    except RefusedInput as exc:
         raise SpecError(field, str(path), str(exc)) from None
     except json.JSONDecodeError as exc:
         raise SpecError(field, str(path), f"valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
