@@ -23,7 +23,7 @@ _QUOTE.maxlevel = 3
 
 
 def quote(value: Any) -> str:
-    """``repr(value)`` cut to at most ``QUOTE_CHARS`` characters, ending in ``...`` when cut."""
+    """``repr(value)`` in at most ``QUOTE_CHARS`` characters, with ``...`` where it was cut."""
     try:
         text = _QUOTE.repr(value)
     except ValueError:  # an int past Python's 4300-digit str() limit

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from costmodel.specs.catalog import get_model
 from costmodel.specs.errors import SpecError
-from costmodel.specs.hf_config import model_from_hf_config
+from costmodel.specs.hf_config import model_from_hf_config, read_hf_model
+from costmodel.specs.notices import ParplanWarning
 
 # Hugging Face config.json contents (as published on the Hub, trimmed of nothing relevant).
 LLAMA31_8B: dict[str, Any] = {
@@ -220,7 +224,8 @@ def test_mistral_is_llama_shaped(tmp_path: Path) -> None:
               "sliding_window": 4096, "rope_theta": 10000.0}
     for key in ("num_local_experts", "num_experts_per_tok"):
         del config[key]
-    model = model_from_hf_config(write_config(tmp_path / "m", config), seq_length=8192)
+    with pytest.warns(ParplanWarning, match="sliding_window"):
+        model = model_from_hf_config(write_config(tmp_path / "m", config), seq_length=8192)
     assert model.num_params == 7_241_732_096
     assert replace(model, name="mistral-7b", max_position_embeddings=32768) == get_model("mistral-7b")
 
@@ -285,3 +290,68 @@ def test_invalid_value_is_spec_error(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="model.max_position_embeddings"):
         model_from_hf_config(write_config(tmp_path, {**OPT_1_3B, "max_position_embeddings": "x"}),
                              seq_length=2048)
+
+
+MISTRAL_7B_V01: dict[str, Any] = {  # mistralai/Mistral-7B-v0.1 config.json (the one with a 4096-token window)
+    "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768,
+    "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "transformers_version": "4.34.0.dev0", "use_cache": True, "vocab_size": 32000,
+}
+
+
+def test_mistral_sliding_window_is_warned_not_silently_ignored(tmp_path: Path) -> None:
+    with pytest.warns(ParplanWarning, match=r"model.hf_config.sliding_window=4096 is not modelled"):
+        model, notes = read_hf_model(write_config(tmp_path / "m", MISTRAL_7B_V01), seq_length=8192)
+    assert len(notes) == 1 and "full causal attention" in notes[0]
+    assert model.num_params == 7_241_732_096
+
+
+@pytest.mark.parametrize("config", [MIXTRAL_8X7B, QWEN25_7B, LLAMA31_8B], ids=["null", "qwen-off", "absent"])
+def test_no_warning_when_no_window_is_in_effect(tmp_path: Path, config: dict[str, Any],
+                                                recwarn: pytest.WarningsRecorder) -> None:
+    # Mixtral states sliding_window: null; Qwen2.5 states a window but use_sliding_window: false.
+    assert read_hf_model(write_config(tmp_path / "c", config))[1] == ()
+    assert not recwarn.list
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"use_sliding_window": True}, "sliding_window"),
+    ({"layer_types": ["sliding_attention", "full_attention"] * 14}, "layer_types"),
+])
+def test_qwen2_window_in_effect_is_warned(tmp_path: Path, change: dict[str, Any], key: str) -> None:
+    with pytest.warns(ParplanWarning):
+        notes = read_hf_model(write_config(tmp_path / "q", {**QWEN25_7B, **change}))[1]
+    assert [n.split("=")[0] for n in notes] == [f"model.hf_config.{key}"]
+
+
+def test_llama_biases_are_warned(tmp_path: Path) -> None:
+    with pytest.warns(ParplanWarning):
+        notes = read_hf_model(write_config(tmp_path / "l", {**LLAMA31_8B, "attention_bias": True}))[1]
+    assert notes and "attention_bias=True" in notes[0]
+
+
+def test_sliding_window_note_reaches_the_prediction_and_one_stderr_line(tmp_path: Path) -> None:
+    write_config(tmp_path / "mistral", MISTRAL_7B_V01)
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({
+        "model": {"hf_config": "mistral"}, "seq_length": 8192,
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 8},
+        "strategy": {"tp": 8, "micro_batch_size": 1, "global_batch_size": 8}}))
+    proc = subprocess.run([sys.executable, "-m", "parplan.cli", "predict", "run.yaml", "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert [line for line in proc.stderr.splitlines() if "sliding_window" in line] == [
+        "parplan: warning: model.hf_config.sliding_window=4096 is not modelled: attention is timed as full "
+        "causal attention on every layer (an over-estimate for sequences longer than the window)"]
+    assert any("sliding_window=4096" in w for w in json.loads(proc.stdout)["warnings"])
+
+
+def test_hostile_config_json_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    for text, named in [("[" * 100_000, "nested at most 64"), ('{"model_type": "llama", "model_type": "gpt2"}',
+                                                              "duplicate keys"), ('{"hidden_size": NaN}', "NaN")]:
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(SpecError) as info:
+            model_from_hf_config(path)
+        assert info.value.field == "model.hf_config" and named in str(info.value)

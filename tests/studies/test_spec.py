@@ -138,3 +138,65 @@ def test_not_yaml_data(tmp_path: Path) -> None:
 def test_duplicate_model_names_are_rejected() -> None:
     with pytest.raises(SpecError, match="distinct model names"):
         study_from_mapping({**TINY, "models": ["gpt3-350m", "gpt3-350m"]})
+
+
+NUMERIC: list[tuple[str, dict[str, Any], str, str]] = [
+    ("zero trials", {"search": {"trials": 0}}, "search.trials", "an integer in [1, "),
+    ("negative seed", {"search": {"seed": -1}}, "search.seed", "an integer in [0, "),
+    ("nan seed", {"search": {"seed": float("nan")}}, "search.seed", "an integer in [0, "),
+    ("zero top_k", {"outputs": {"top_k": 0}}, "outputs.top_k", "an integer in [1, "),
+    ("negative gpus_per_node", {"gpus_per_node": -8}, "gpus_per_node", "an integer in [1, 1048576]"),
+    ("1e12 GPUs", {"gpu_counts": 10**12}, "gpu_counts", "an integer in [1, 1048576]"),
+    ("range to 1e12 GPUs", {"gpu_counts": {"min": 8, "max": 10**12, "step": 1}}, "gpu_counts.max", "[1, 1048576]"),
+    ("zero factor", {"gpu_counts": {"min": 8, "max": 64, "factor": 0}}, "gpu_counts.factor", "an integer in [2, "),
+    ("inf batch", {"batch": {"global_batch_size": float("inf")}}, "batch.global_batch_size", "an integer in [1, "),
+    ("negative tokens", {"batch": {"tokens_per_step": [4096, -1]}}, "batch.tokens_per_step[1]", "an integer in [1, "),
+    ("zero seq_length", {"seq_length": 0}, "seq_length", "an integer in [1, "),
+    ("string 1.0e308 seq_length", {"seq_length": "1.0e308"}, "seq_length", "an integer in [1, "),
+    ("zero max_tp", {"search": {"max_tp": 0}}, "search.max_tp", "an integer in [1, "),
+    ("fix tp 0", {"search": {"fix": {"tp": 0}}}, "search.fix.tp", "an integer in [1, "),
+    ("fix tp -2", {"search": {"fix": {"tp": -2}}}, "search.fix.tp", "an integer in [1, "),
+    ("fix tp 8.0", {"search": {"fix": {"tp": 8.0}}}, "search.fix.tp", "a single value of tp"),
+    ("allow pp with a zero", {"search": {"allow": {"pp": [1, 0]}}}, "search.allow.pp", "an integer in [1, "),
+    ("fix tp text", {"search": {"fix": {"tp": "eight"}}}, "search.fix.tp", "an integer"),
+    ("inline model with zero layers", {"models": [{"name": "m", "num_layers": 0, "hidden_size": 64,
+                                                   "num_attention_heads": 4, "vocab_size": 100}]},
+     "model.num_layers", "an integer in [1, "),
+]
+
+
+@pytest.mark.parametrize(("change", "field", "allowed"), [(c, f, a) for _, c, f, a in NUMERIC],
+                         ids=[i for i, _, _, _ in NUMERIC])
+def test_numeric_study_fields_out_of_range_name_field_and_range(change: dict[str, Any], field: str,
+                                                                allowed: str) -> None:
+    with pytest.raises(SpecError) as info:
+        study_from_mapping({**TINY, **change})
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"'{field}'" in message and allowed in message, message
+
+
+def test_fixing_zero_stage_0_is_allowed() -> None:
+    spec = study_from_mapping({**TINY, "search": {"fix": {"zero_stage": 0}}})
+    assert dict(spec.search.fixed) == {"zero_stage": 0}
+
+
+@pytest.mark.parametrize("text, named", [
+    ("name: a\nname: b\nmodels: [gpt3-350m]\ngpus: [h100-pcie-80gb]\ngpu_counts: 8\n", "'name' repeated"),
+    ("base: &m gpt3-350m\nname: a\nmodels: [*m]\ngpus: [h100-pcie-80gb]\ngpu_counts: 8\n", "anchors or aliases"),
+    ("name: a\nmodels: " + "[" * 10_000 + "\n", "nested at most 64"),
+])
+def test_hostile_study_files_fail_on_one_line(tmp_path: Path, text: str, named: str) -> None:
+    path = tmp_path / "study.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError) as info:
+        load_study(path)
+    assert info.value.field == "study" and named in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_resolved_study_file_a_run_writes_reads_back(tmp_path: Path) -> None:
+    # study.yaml is written with yaml.safe_dump: it must hold no anchors the bounded reader refuses.
+    spec = study_from_mapping({**TINY, "search": {"fix": {"tp": 2}, "allow": {"pp": [1, 2]}}})
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(spec.to_dict()), encoding="utf-8")
+    assert load_study(path) == spec
