@@ -222,7 +222,8 @@ def read_user_file(path: str | Path, field: str = "run spec", fmt: str | None = 
     except yaml.MarkedYAMLError as exc:
         if "nesting depth" in str(exc.problem):  # libyaml's own limit (1000) met before ours
             raise SpecError(field, str(path), f"YAML nested at most {MAX_DEPTH} levels deep") from None
-        raise SpecError(field, str(path), f"valid YAML ({exc.problem or exc.context}{_position(exc.problem_mark)})") from None
+        problem = exc.problem or exc.context
+        raise SpecError(field, str(path), f"valid YAML ({problem}{_position(exc.problem_mark)})") from None
     except (yaml.YAMLError, ValueError) as exc:  # ValueError: e.g. an integer of more than 4300 digits
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         raise SpecError(field, str(path), f"valid {kind.upper()} ({first[:120]})") from None
