@@ -36,7 +36,7 @@ a profile measured on a CPU or an uncatalogued accelerator describes itself.
 in use even where it misses its held-out rows by more than the roofline.
 The format is documented for users in ``costmodel/profiles/README.md``.
 
-Trust: a profile directory is data. Only ``metadata.yaml`` (``yaml.safe_load``)
+Trust: a profile directory is data. Only ``metadata.yaml`` (a bounded safe loader)
 and the ``<family>.csv`` tables are read from it, nothing is unpickled or
 imported, so a profile from a shared or untrusted folder can give wrong timings
 but cannot run code.
