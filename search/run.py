@@ -20,6 +20,7 @@ from costmodel.specs.errors import SpecError
 from search.objective import OBJECTIVES, Evaluation, Evaluator
 from search.result import SearchResult
 from search.samplers import SAMPLERS, BaseSearcher, ExhaustiveSearcher, NSGAIISearcher, TPESearcher
+from search.samplers._base import TrialCallback
 from search.space import SearchProblem, build_space
 from search.storage import open_study
 
@@ -41,7 +42,7 @@ def make_searcher(sampler: str = "tpe", *, objective: str = "time", seed: int = 
 def run_search(problem: SearchProblem, *, sampler: str = "tpe", objective: str = "time",
                n_trials: int | None = None, seed: int = 0, profile_dir: str | Path | None = None,
                storage: str | None = None, study_name: str | None = None, n_jobs: int = 1,
-               evaluator: Evaluator | None = None) -> SearchResult:
+               evaluator: Evaluator | None = None, on_trial: TrialCallback | None = None) -> SearchResult:
     """Search ``problem`` and return every evaluation with the time it took.
 
     Parameters
@@ -64,14 +65,22 @@ def run_search(problem: SearchProblem, *, sampler: str = "tpe", objective: str =
         Processes for the exhaustive sweep (``-1``: all CPUs).
     evaluator : Evaluator, optional
         Reuse memoised evaluations (e.g. across samplers on one problem).
+    on_trial : callable, optional
+        Told ``(finished, total)`` as trials finish (a progress line).
+
+    Raises
+    ------
+    SpecError
+        Before any trial, if the profile, the storage or the space is invalid.
     """
     searcher = make_searcher(sampler, objective=objective, seed=seed, n_jobs=n_jobs)
     with threadpool_limits(limits=1):
         start = time.perf_counter()
         space = build_space(problem)
         evaluator = evaluator or Evaluator(problem, profile_dir)
+        evaluator.timer  # noqa: B018 - load the profile once, before any trial: a bad one is one error
         study = open_study(storage, study_name, searcher.directions, searcher.make_sampler())
-        evaluations = searcher.search(space, evaluator, n_trials=n_trials, study=study)
+        evaluations = searcher.search(space, evaluator, n_trials=n_trials, study=study, on_trial=on_trial)
         elapsed = time.perf_counter() - start
     return SearchResult(problem=problem, evaluations=tuple(evaluations), sampler=sampler, objective=objective,
                         elapsed_s=elapsed, profile_dir=evaluator.profile_dir, evaluator=evaluator)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any
 
 from search.objective import Evaluator
 from search.space import StrategySpace
+
+TrialCallback = Callable[[int, "int | None"], None]
+"""``on_trial(finished, total)``: called as trials finish (for a progress line)."""
 
 
 class BaseSearcher(abc.ABC):
@@ -21,7 +25,8 @@ class BaseSearcher(abc.ABC):
       repeats included, so that "best after n trials" can be read off;
     - be deterministic for a given ``seed`` (when it takes one);
     - when given an Optuna ``study``, store its trials there and count the
-      trials already stored against ``n_trials`` (re-running resumes).
+      finished trials already stored against ``n_trials``; a search resumed
+      after an interruption reaches what an uninterrupted one would.
     """
 
     name: str = ""
@@ -29,7 +34,7 @@ class BaseSearcher(abc.ABC):
 
     @abc.abstractmethod
     def search(self, space: StrategySpace, evaluator: Evaluator, *, n_trials: int | None,
-               study: Any = None) -> list[Any]:
+               study: Any = None, on_trial: TrialCallback | None = None) -> list[Any]:
         """Evaluations (``search.objective.Evaluation``) in proposal order.
 
         Parameters
@@ -42,6 +47,8 @@ class BaseSearcher(abc.ABC):
             Trials to run in total (stored ones included); ``None``: the searcher's default.
         study : optuna.Study, optional
             Where to store trials; a new in-memory study when absent (Optuna searchers).
+        on_trial : callable, optional
+            Told ``(finished, total)`` as trials finish.
         """
 
     def make_sampler(self) -> Any:

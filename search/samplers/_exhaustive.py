@@ -17,7 +17,7 @@ import optuna
 from threadpoolctl import threadpool_limits
 
 from search.objective import Evaluation, Evaluator, objective_values, strategy_from_attrs
-from search.samplers._base import BaseSearcher
+from search.samplers._base import BaseSearcher, TrialCallback
 from search.space import StrategySpace
 
 _WORKER: Evaluator | None = None  # set in the parent before forking; workers inherit it
@@ -58,7 +58,7 @@ class ExhaustiveSearcher(BaseSearcher):
         return max(1, jobs)
 
     def search(self, space: StrategySpace, evaluator: Evaluator, *, n_trials: int | None = None,
-               study: Any = None) -> list[Evaluation]:
+               study: Any = None, on_trial: TrialCallback | None = None) -> list[Evaluation]:
         strategies = list(space)
         if n_trials is not None:
             strategies = strategies[:n_trials]
@@ -73,6 +73,8 @@ class ExhaustiveSearcher(BaseSearcher):
             results = self._parallel(strategies, evaluator, jobs)
         if study is not None:
             _store(study, space, [e for e in results if e.strategy not in stored], self.objective)
+        if on_trial is not None:
+            on_trial(len(results), len(strategies))
         return results
 
     @staticmethod

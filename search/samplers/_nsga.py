@@ -27,5 +27,5 @@ class NSGAIISearcher(OptunaSearcher):
         self.seed = seed
         self.population_size = population_size
 
-    def make_sampler(self) -> optuna.samplers.BaseSampler:
-        return optuna.samplers.NSGAIISampler(seed=self.seed, population_size=self.population_size)
+    def make_inner_sampler(self, seed: int) -> optuna.samplers.BaseSampler:
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=self.population_size)

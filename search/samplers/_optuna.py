@@ -1,49 +1,149 @@
-"""Shared loop of the Optuna-backed searchers (TPE, NSGA-II)."""
+"""Shared loop of the Optuna-backed searchers (TPE, NSGA-II), and what makes a stored study resume exactly.
+
+A search interrupted (Ctrl-C, ``kill -9``) and re-run must end where an
+uninterrupted one would. Three things make it so:
+
+- the budget counts *finished* (complete) trials only: a trial cut off by
+  Ctrl-C (failed) or left running by a killed process is not one;
+- trials run in an in-memory working study, and each complete trial is copied
+  to the given (stored) study as it finishes. Trials a phase enqueued but did
+  not start never reach the storage: a re-run starts from the stored complete
+  trials, and the phase it was in enqueues them again in its own order. (It
+  is also fast: Optuna commits to a database about 25 times a trial, and
+  reads every trial back for each proposal.)
+- :class:`HistorySeededSampler` draws each trial's random numbers from the seed
+  and the number of finished trials, so a trial's proposal depends on the
+  stored history alone, not on how many runs it took to get there.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import optuna
+from optuna.trial import TrialState
 
 from search.objective import Evaluation, Evaluator, optuna_objective, strategy_from_attrs
-from search.samplers._base import BaseSearcher
+from search.samplers._base import BaseSearcher, TrialCallback
 from search.space import StrategySpace
 from search.storage import study_directions
 
 
+def finished_trials(study: Any) -> list[optuna.trial.FrozenTrial]:
+    """The study's complete trials that evaluated a strategy, in trial order."""
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if "strategy" in t.user_attrs]
+
+
+def finished(study: Any) -> int:
+    """How many trials count against the budget: the complete ones."""
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
+class HistorySeededSampler(optuna.samplers.BaseSampler):
+    """Wraps an Optuna sampler so that each trial's draws depend only on ``seed`` and the finished trials.
+
+    Before each trial a fresh inner sampler is made with a seed derived from
+    ``(seed, finished trials)``; Optuna samplers keep no other state between
+    trials than their random generator (search-space caches are rebuilt from
+    the study), so the proposal is a function of the stored history.
+
+    Parameters
+    ----------
+    make : callable
+        ``make(seed)`` returns the inner sampler.
+    seed : int
+        Base seed.
+    """
+
+    def __init__(self, make: Callable[[int], optuna.samplers.BaseSampler], seed: int) -> None:
+        self._make, self._seed = make, seed
+        self._inner = make(seed)
+
+    def _trial_seed(self, study: Any) -> int:
+        return int(np.random.SeedSequence([self._seed, finished(study)]).generate_state(1)[0])
+
+    def before_trial(self, study: Any, trial: optuna.trial.FrozenTrial) -> None:
+        self._inner = self._make(self._trial_seed(study))
+        self._inner.before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: Any, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+        return self._inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: Any, trial: optuna.trial.FrozenTrial,
+                        search_space: dict[str, Any]) -> dict[str, Any]:
+        return self._inner.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: Any, trial: optuna.trial.FrozenTrial, param_name: str,
+                           param_distribution: Any) -> Any:
+        return self._inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(self, study: Any, trial: optuna.trial.FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self._inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self._inner.reseed_rng()
+
+
 class OptunaSearcher(BaseSearcher):
-    """Runs ``n_trials`` of an Optuna study over the space with :func:`optuna_objective`."""
+    """Runs trials of an Optuna study over the space with :func:`optuna_objective` until ``n_trials`` finished."""
 
     objective: str = "time"
     default_trials: int = 200
+    seed: int = 0
 
-    def _run(self, study: Any, space: StrategySpace, evaluator: Evaluator, total: int) -> None:
-        """Run trials until the study holds ``total`` (subclasses may schedule phases)."""
-        study.optimize(optuna_objective(evaluator, space, self.objective), n_trials=total - len(study.trials),
-                       gc_after_trial=False)
+    def make_inner_sampler(self, seed: int) -> optuna.samplers.BaseSampler:
+        """The Optuna sampler for one trial, seeded with ``seed``."""
+        raise NotImplementedError
+
+    def make_sampler(self) -> optuna.samplers.BaseSampler:
+        return HistorySeededSampler(self.make_inner_sampler, self.seed)
+
+    def optimizer(self, study: Any, space: StrategySpace, evaluator: Evaluator, total: int,
+                  on_trial: TrialCallback | None, store: Any = None) -> Callable[[int], None]:
+        """``optimize(n)`` runs ``n`` more trials of ``study`` (nothing when ``n <= 0``).
+
+        Each complete trial is copied to ``store`` (the stored study) as it finishes.
+        """
+        objective = optuna_objective(evaluator, space, self.objective)
+
+        def finished_one(work: Any, trial: optuna.trial.FrozenTrial) -> None:
+            if store is not None and trial.state == TrialState.COMPLETE:
+                store.add_trial(trial)
+            if on_trial is not None:
+                on_trial(finished(work), total)
+
+        def optimize(n_trials: int) -> None:
+            if n_trials > 0:
+                study.optimize(objective, n_trials=n_trials, gc_after_trial=False, callbacks=[finished_one])
+
+        return optimize
+
+    def _run(self, study: Any, space: StrategySpace, evaluator: Evaluator, total: int,
+             optimize: Callable[[int], None]) -> None:
+        """Run trials until ``study`` holds ``total`` finished ones (subclasses may schedule phases)."""
+        optimize(total - finished(study))
 
     def search(self, space: StrategySpace, evaluator: Evaluator, *, n_trials: int | None,
-               study: Any = None) -> list[Evaluation]:
+               study: Any = None, on_trial: TrialCallback | None = None) -> list[Evaluation]:
         total = self.default_trials if n_trials is None else n_trials
         verbosity = optuna.logging.get_verbosity()
-        optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per trial or per study
+        # No line per trial or study, and no traceback for the trial Ctrl-C cuts off (it is marked failed).
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
         try:
-            return self._search(space, evaluator, total, study)
+            return self._search(space, evaluator, total, study, on_trial)
         finally:
             optuna.logging.set_verbosity(verbosity)
 
-    def _search(self, space: StrategySpace, evaluator: Evaluator, total: int, study: Any) -> list[Evaluation]:
-        if study is None:
-            study = optuna.create_study(directions=study_directions(self.directions), sampler=self.make_sampler())
-        stored = [t for t in study.get_trials(deepcopy=False)
-                  if t.state == optuna.trial.TrialState.COMPLETE and "strategy" in t.user_attrs]
-        # Resuming: re-evaluate the stored strategies (memoised) instead of re-running their trials.
-        done = [evaluator.evaluate(strategy_from_attrs(t.user_attrs, space)) for t in stored]
-        remaining = max(0, total - len(done))
-        before = len(study.trials)
-        if remaining:
-            self._run(study, space, evaluator, len(study.trials) + remaining)
-        new = study.get_trials(deepcopy=False)[before:]
-        return done + [evaluator.evaluate(strategy_from_attrs(t.user_attrs, space)) for t in new
-                       if "strategy" in t.user_attrs]
+    def _search(self, space: StrategySpace, evaluator: Evaluator, total: int, store: Any,
+                on_trial: TrialCallback | None) -> list[Evaluation]:
+        work = optuna.create_study(directions=study_directions(self.directions), sampler=self.make_sampler())
+        if store is not None:
+            work.add_trials(finished_trials(store))
+        # Resuming: the stored strategies are evaluated again (one batch, memoised), not run again.
+        evaluator.evaluate_many(strategy_from_attrs(t.user_attrs, space) for t in finished_trials(work))
+        if finished(work) < total:
+            self._run(work, space, evaluator, total, self.optimizer(work, space, evaluator, total, on_trial, store))
+        return [evaluator.evaluate(strategy_from_attrs(t.user_attrs, space)) for t in finished_trials(work)]

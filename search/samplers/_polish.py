@@ -18,6 +18,7 @@ from typing import Any
 
 from costmodel.specs.strategy import RECOMPUTE, Strategy
 from search.objective import Evaluation, Evaluator, strategy_from_attrs
+from search.samplers._optuna import finished, finished_trials
 from search.space import StrategySpace, change_knob
 
 
@@ -71,16 +72,16 @@ def polish(study: Any, optimize: Callable[[int], None], space: StrategySpace, ev
            total: int) -> None:
     """Climb from the study's best; with trials left, from the best of each other ``regime`` in turn.
 
-    A climb moves to the best neighbour until none improves. Only this study's
-    trials count as tried (the evaluator's memo may hold strategies other
-    searches evaluated).
+    A climb moves to the best neighbour until none improves; ``total`` counts
+    finished trials. Only this study's finished trials count as tried (the
+    evaluator's memo may hold strategies other searches evaluated).
     """
     def tried() -> dict[Strategy, Evaluation]:
         return {e.strategy: e for e in (evaluator.evaluate(strategy_from_attrs(t.user_attrs, space))
-                                        for t in study.get_trials(deepcopy=False) if "strategy" in t.user_attrs)}
+                                        for t in finished_trials(study))}
 
     climbed: set[tuple[bool, bool]] = set()
-    while len(study.trials) < total:
+    while finished(study) < total:
         start = _best([e for e in tried().values() if regime(e.strategy) not in climbed])
         if start is None:
             return
@@ -91,9 +92,9 @@ def polish(study: Any, optimize: Callable[[int], None], space: StrategySpace, ev
 def _climb(study: Any, optimize: Callable[[int], None], space: StrategySpace, evaluator: Evaluator, total: int,
            current: Evaluation, tried: Callable[[], dict[Strategy, Evaluation]]) -> None:
     seen = tried()
-    while len(study.trials) < total:
+    while finished(study) < total:
         fresh = [s for s in candidates(space, evaluator, current.strategy) if s not in seen]
-        fresh = fresh[:total - len(study.trials)]
+        fresh = fresh[:total - finished(study)]
         if not fresh:
             return
         for strategy in fresh:

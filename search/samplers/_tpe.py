@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import optuna
 
-from search.objective import Evaluator, optuna_objective, strategy_from_attrs
-from search.samplers._optuna import OptunaSearcher
+from search.objective import Evaluator, strategy_from_attrs
+from search.samplers._optuna import OptunaSearcher, finished, finished_trials
 from search.samplers._polish import polish
 from search.samplers._recipes import recipe_starts
 from search.space import StrategySpace
@@ -40,26 +41,21 @@ class TPESearcher(OptunaSearcher):
         self.n_startup_trials = n_startup_trials
         self.polish_fraction = polish_fraction
 
-    def make_sampler(self) -> optuna.samplers.BaseSampler:
+    def make_inner_sampler(self, seed: int) -> optuna.samplers.BaseSampler:
         with warnings.catch_warnings():  # group=True is marked experimental; it is what handles our conditional knobs
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup_trials,
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.n_startup_trials,
                                               multivariate=True, group=True)
 
-    def _run(self, study: Any, space: StrategySpace, evaluator: Evaluator, total: int) -> None:
-        objective = optuna_objective(evaluator, space, self.objective)
-
-        def optimize(n_trials: int) -> None:
-            if n_trials > 0:
-                study.optimize(objective, n_trials=n_trials, gc_after_trial=False)
-
-        optimize(total - math.floor(total * self.polish_fraction) - len(study.trials))
+    def _run(self, study: Any, space: StrategySpace, evaluator: Evaluator, total: int,
+             optimize: Callable[[int], None]) -> None:
+        # Each phase is decided from the finished trials alone, so a resumed run picks up the phase it was in.
+        optimize(total - math.floor(total * self.polish_fraction) - finished(study))
         # The recipes' basins, unless TPE already tried them: the climb starts from the best of all.
-        tried = {strategy_from_attrs(t.user_attrs, space) for t in study.get_trials(deepcopy=False)
-                 if "strategy" in t.user_attrs}
-        starts = [s for s in recipe_starts(space, evaluator) if s not in tried][:max(0, total - len(study.trials))]
+        tried = {strategy_from_attrs(t.user_attrs, space) for t in finished_trials(study)}
+        starts = [s for s in recipe_starts(space, evaluator) if s not in tried][:max(0, total - finished(study))]
         for strategy in starts:
             study.enqueue_trial(space.knobs_of(strategy), skip_if_exists=False)
         optimize(len(starts))
         polish(study, optimize, space, evaluator, total)
-        optimize(total - len(study.trials))
+        optimize(total - finished(study))
