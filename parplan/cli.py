@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import warnings
@@ -13,6 +12,7 @@ from typing import Any
 from costmodel.specs.errors import SpecError
 from costmodel.specs.notices import ParplanWarning
 from parplan import api
+from parplan._json import dumps
 
 EXIT_OK, EXIT_USAGE, EXIT_INFEASIBLE = 0, 2, 3
 
@@ -42,7 +42,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     if args.kind == "models":
         models = api.list_models()
         if args.json:
-            print(json.dumps(models, indent=2))
+            print(dumps(models))
             return EXIT_OK
         _print_table([[m["name"], _fmt_params(m["num_params"]), str(m["num_layers"]), str(m["hidden_size"]),
                        f'{m["num_attention_heads"]}/{m["num_query_groups"]}', str(m["ffn_hidden_size"]),
@@ -51,7 +51,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
         return EXIT_OK
     gpus = api.list_gpus()
     if args.json:
-        print(json.dumps(gpus, indent=2))
+        print(dumps(gpus))
         return EXIT_OK
     _print_table([[g["name"], f'{g["peak_tflops"].get("bf16", 0):.0f}', f'{g["peak_tflops"].get("fp8", 0) or "-"}',
                    f'{g["hbm_capacity_GiB"]:.1f}', f'{g["hbm_bandwidth_GBps"]:.0f}',
@@ -101,7 +101,7 @@ def _stage_groups(stages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any
 def cmd_predict(args: argparse.Namespace) -> int:
     result = api.predict_file(args.run_spec, args.profile)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(dumps(result))
     else:
         _print_prediction(result)
     return EXIT_OK
@@ -110,7 +110,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     result = api.validate_file(args.validation_set, args.profile)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(dumps(result))
         return EXIT_OK
     rows = []
     for r in result["runs"]:

@@ -9,16 +9,18 @@ would make it feasible).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from threadpoolctl import threadpool_limits
 
 from costmodel.specs.catalog import get_gpu, get_model
 from costmodel.specs.errors import SpecError
+from parplan._json import dumps
+from parplan._argtypes import int_list, jobs, positive_int, positive_number, seed
 from search import (
     KNOBS,
     Budget,
@@ -34,10 +36,14 @@ from search import (
     strategy_label,
 )
 from search.budget import human_days
+from search.objective import search_timer
+from search.progress import SearchProgress
+from search.storage import check_storage_url
 from search.exporters import EXPORTERS, get_exporter
 from search.samplers import SAMPLERS
 
-EXIT_OK, EXIT_INFEASIBLE = 0, 3
+EXIT_OK, EXIT_INFEASIBLE, EXIT_INTERRUPTED = 0, 3, 130
+"""130 = 128 + SIGINT, what shells report for a command ended by Ctrl-C."""
 # Llama 3 trained 405B with an initial batch of 4M tokens (Dubey et al. 2024, arXiv:2407.21783, section 3.4.1).
 DEFAULT_BATCH_TOKENS = 4 * 1024**2
 OBJECTIVES = ("time", "cost", "pareto")
@@ -56,13 +62,15 @@ def register(subparsers: Any) -> None:
     what.add_argument("--model", required=True, help="catalog model name (see `parplan catalog models`)")
     what.add_argument("--gpu", required=True, help="catalog GPU name (see `parplan catalog gpus`)")
     count = what.add_mutually_exclusive_group(required=True)
-    count.add_argument("--gpus", metavar="N[,N...]", help="GPU count, or a comma list of counts to compare")
-    count.add_argument("--max-gpus", type=int, metavar="N",
+    count.add_argument("--gpus", type=int_list(), metavar="N[,N...]",
+                       help="GPU count, or a comma list of counts to compare")
+    count.add_argument("--max-gpus", type=positive_int, metavar="N",
                        help="compare every power-of-two count up to N (whole nodes above one node)")
-    what.add_argument("--gpus-per-node", type=int, default=None, help="default: the GPU catalog's node size")
-    what.add_argument("--global-batch-size", type=int, default=None,
+    what.add_argument("--gpus-per-node", type=positive_int, default=None,
+                      help="default: the GPU catalog's node size")
+    what.add_argument("--global-batch-size", type=positive_int, default=None,
                       help="sequences per step (default: about 4M tokens, as Llama 3 started with)")
-    what.add_argument("--seq-length", type=int, default=None, help="default: the model's")
+    what.add_argument("--seq-length", type=positive_int, default=None, help="default: the model's")
     knobs = p.add_argument_group("space")
     knobs.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
                        help=f"hold a knob at one value, e.g. tp=8 (knobs: {', '.join(KNOBS)})")
@@ -70,7 +78,7 @@ def register(subparsers: Any) -> None:
                        help="restrict a knob to values, e.g. recompute=none,selective")
     for knob, default in (("tp", None), ("pp", None), ("cp", 16), ("ep", None), ("vpp", 8),
                           ("micro-batch-size", 8)):
-        knobs.add_argument(f"--max-{knob}", type=int, default=default, metavar="N",
+        knobs.add_argument(f"--max-{knob}", type=positive_int, default=default, metavar="N",
                            help=f"upper bound on {knob} (default: {default or 'divisibility only'})")
     how = p.add_argument_group("search")
     how.add_argument("--objective", choices=OBJECTIVES, default="time",
@@ -78,18 +86,18 @@ def register(subparsers: Any) -> None:
                           "pareto: step time vs peak memory front (NSGA-II)")
     how.add_argument("--sampler", choices=SAMPLERS, default=None,
                      help="default tpe (nsga2 for --objective pareto); exhaustive sweeps every legal strategy")
-    how.add_argument("--trials", type=int, default=None, help="trials in total (default 200; 300 for nsga2)")
-    how.add_argument("--seed", type=int, default=0)
-    how.add_argument("--jobs", type=int, default=-1, help="processes for the exhaustive sweep (default: all CPUs)")
-    how.add_argument("--top", type=int, default=5, help="strategies to list")
+    how.add_argument("--trials", type=positive_int, default=None, help="trials in total (default 200; 300 for nsga2)")
+    how.add_argument("--seed", type=seed, default=0)
+    how.add_argument("--jobs", type=jobs, default=-1, help="processes for the exhaustive sweep (default: all CPUs)")
+    how.add_argument("--top", type=positive_int, default=5, help="strategies to list")
     how.add_argument("--profile", metavar="DIR", default=None, help="a profile directory from `parplan profile`")
     how.add_argument("--storage", default=None, help="Optuna storage URL (e.g. sqlite:///search.db, postgresql://...)")
     how.add_argument("--study-name", default=None,
                      help="study name; alone, trials go to the SQLite file NAME.db; re-running resumes")
     money = p.add_argument_group("budget")
-    money.add_argument("--tokens", type=float, default=None, help="training tokens, e.g. 1.5e13")
-    money.add_argument("--price-per-gpu-hour", type=float, default=None, metavar="USD")
-    money.add_argument("--deadline-days", type=float, default=None,
+    money.add_argument("--tokens", type=positive_number, default=None, help="training tokens, e.g. 1.5e13")
+    money.add_argument("--price-per-gpu-hour", type=positive_number, default=None, metavar="USD")
+    money.add_argument("--deadline-days", type=positive_number, default=None,
                        help="pick the cheapest GPU count that trains --tokens within this many days")
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print only JSON")
@@ -100,24 +108,38 @@ def register(subparsers: Any) -> None:
 
 
 # -- parsing ------------------------------------------------------------------------------------
-def _pairs(items: list[str], flag: str) -> list[tuple[str, str]]:
+def _pairs(items: list[str], flag: str) -> list[tuple[str, str, str]]:
+    """``(knob, value, item)`` of each ``KNOB=VALUE`` item of ``--flag``."""
     out = []
     for item in items:
         if "=" not in item:
-            raise SpecError(flag, item, "KNOB=VALUE")
+            raise SpecError(f"--{flag}", item, "KNOB=VALUE")
         knob, value = item.split("=", 1)
-        out.append((knob.strip().replace("-", "_"), value))
+        out.append((knob.strip().replace("-", "_"), value, item))
     return out
+
+
+def _knob_value(flag: str, knob: str, text: str, item: str) -> Any:
+    try:
+        return parse_knob_value(knob, text)
+    except SpecError as exc:  # name the flag the user typed, not only the knob
+        raise SpecError(f"--{flag} {exc.field}", item, exc.allowed) from None
+
+
+def _allowed_values(knob: str, text: str, item: str) -> tuple[Any, ...]:
+    values = text.split(",")
+    if any(not v.strip() for v in values):
+        raise SpecError(f"--allow {knob}", item, "KNOB=V1,V2,... with no empty value")
+    return tuple(_knob_value("allow", knob, v, item) for v in values)
 
 
 def problem_from_args(args: argparse.Namespace, num_gpus: int) -> SearchProblem:
     """The search problem the arguments describe, on ``num_gpus`` GPUs."""
     model, gpu = get_model(args.model), get_gpu(args.gpu)
-    seq = args.seq_length or model.seq_length
-    batch = args.global_batch_size or max(1, round(DEFAULT_BATCH_TOKENS / seq))
-    fixed = {k: parse_knob_value(k, v) for k, v in _pairs(args.fix, "fix")}
-    allowed = {k: tuple(parse_knob_value(k, x) for x in v.split(",") if x.strip())
-               for k, v in _pairs(args.allow, "allow")}
+    seq = model.seq_length if args.seq_length is None else args.seq_length
+    batch = max(1, round(DEFAULT_BATCH_TOKENS / seq)) if args.global_batch_size is None else args.global_batch_size
+    fixed = {k: _knob_value("fix", k, v, item) for k, v, item in _pairs(args.fix, "fix")}
+    allowed = {k: _allowed_values(k, v, item) for k, v, item in _pairs(args.allow, "allow")}
     return SearchProblem(model=model, gpu=gpu, num_gpus=num_gpus, global_batch_size=batch, seq_length=seq,
                          gpus_per_node=args.gpus_per_node, fixed=tuple(fixed.items()), allowed=tuple(allowed.items()),
                          max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_ep=args.max_ep,
@@ -129,39 +151,86 @@ def _counts(args: argparse.Namespace) -> list[int]:
         node = args.gpus_per_node or get_gpu(args.gpu).gpus_per_node
         counts = gpu_counts(args.max_gpus, node)
         if not counts:
-            raise SpecError("max-gpus", args.max_gpus, "at least 1")
+            raise SpecError("--max-gpus", args.max_gpus, f"at least one GPU count that is whole nodes of {node}")
         return counts
+    return list(dict.fromkeys(args.gpus))
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """``--out`` must be a folder (or not exist yet) before anything is searched."""
+    out = Path(args.out)
+    if args.export and out.exists() and not out.is_dir():
+        raise SpecError("--out", args.out, "a folder for the --export files (this is a file)")
+
+
+def _check_profile(args: argparse.Namespace) -> None:
+    """Load the profile once, before any trial: a bad folder is one error, not one per trial or per count."""
+    if args.profile is None:
+        return
     try:
-        return [int(x) for x in str(args.gpus).split(",") if x.strip()]
-    except ValueError:
-        raise SpecError("gpus", args.gpus, "an integer or a comma list of integers") from None
+        search_timer(get_gpu(args.gpu), args.profile)
+    except SpecError as exc:
+        if exc.field != "profile":
+            raise
+        raise SpecError("--profile", exc.value, exc.allowed) from None
 
 
 # -- the command --------------------------------------------------------------------------------
 def cmd_search(args: argparse.Namespace) -> int:
-    """Run ``parplan search``; see :func:`register` for the arguments."""
+    """Run ``parplan search``; see :func:`register` for the arguments.
+
+    Ctrl-C ends it with one line and exit code 130: trials stored with
+    ``--study-name`` / ``--storage`` are kept, and the same command resumes.
+    """
+    try:
+        return _search_command(args)
+    except KeyboardInterrupt:
+        sys.stderr.write("parplan: interrupted; rerun the same command to resume\n")
+        sys.stderr.flush()
+        return EXIT_INTERRUPTED
+
+
+def _search_command(args: argparse.Namespace) -> int:
     sampler = args.sampler or ("nsga2" if args.objective == "pareto" else "tpe")
     objective = "pareto" if args.objective == "pareto" else "time"
     budget = Budget(tokens=args.tokens, price_per_gpu_hour=args.price_per_gpu_hour, deadline_days=args.deadline_days)
     for name in args.export:
         for part in name.split(","):
             get_exporter(part.strip())
+    _check_out(args)
+    if args.storage is not None:
+        check_storage_url(args.storage)
     counts = _counts(args)
-    search = partial(_search_one, args=args, sampler=sampler, objective=objective, many=len(counts) > 1)
-    with threadpool_limits(limits=1):
-        if len(counts) == 1 and args.objective != "cost" and args.deadline_days is None:
-            return _single(args, search(problem_from_args(args, counts[0])), budget)
-        plan = plan_counts(problem_from_args(args, counts[0]), counts, budget, search)
-        return _plan(args, plan)
+    first = problem_from_args(args, counts[0])
+    _check_profile(args)
+    progress = SearchProgress(sys.stderr, live=None if not args.json else False)
+    search = partial(_search_one, args=args, sampler=sampler, objective=objective, many=len(counts) > 1,
+                     progress=progress)
+    try:
+        with threadpool_limits(limits=1):
+            if len(counts) == 1 and args.objective != "cost" and args.deadline_days is None:
+                result = search(first)
+                progress.close()
+                return _single(args, result, budget)
+            progress.counts(len(counts))
+            plan = plan_counts(first, counts, budget, search)
+            progress.close()
+            return _plan(args, plan)
+    finally:
+        progress.close()
 
 
 def _search_one(problem: SearchProblem, *, args: argparse.Namespace, sampler: str, objective: str,
-                many: bool) -> SearchResult:
+                many: bool, progress: SearchProgress) -> SearchResult:
     name = args.study_name
     if name is not None and many:
         name = f"{name}-{problem.num_gpus}gpus"
-    return run_search(problem, sampler=sampler, objective=objective, n_trials=args.trials, seed=args.seed,
-                      profile_dir=args.profile, storage=args.storage, study_name=name, n_jobs=args.jobs)
+    progress.start(problem.num_gpus)
+    result = run_search(problem, sampler=sampler, objective=objective, n_trials=args.trials, seed=args.seed,
+                        profile_dir=args.profile, storage=args.storage, study_name=name, n_jobs=args.jobs,
+                        on_trial=progress.trial)
+    progress.finished(result)
+    return result
 
 
 def _exports(args: argparse.Namespace, result: SearchResult) -> list[dict[str, Any]]:
@@ -182,7 +251,7 @@ def _single(args: argparse.Namespace, result: SearchResult, budget: Budget) -> i
         if args.json:
             out = result.to_json(args.top)
             out["infeasible"] = why.to_json() | {"explanation": why.lines(result.problem)}
-            print(json.dumps(out, indent=2))
+            print(dumps(out))
         else:
             print("\n".join(why.lines(result.problem)))
         return EXIT_INFEASIBLE
@@ -191,7 +260,7 @@ def _single(args: argparse.Namespace, result: SearchResult, budget: Budget) -> i
         out = result.to_json(args.top)
         if exports:
             out["exports"] = exports
-        print(json.dumps(out, indent=2))
+        print(dumps(out))
         return EXIT_OK
     _print_result(result, args.top)
     _print_exports(exports)
@@ -221,7 +290,7 @@ def _plan(args: argparse.Namespace, plan: BudgetPlan) -> int:
                 out["exports"] = exports
         else:
             out["explanation"] = _plan_failure(plan)
-        print(json.dumps(out, indent=2))
+        print(dumps(out))
         return EXIT_OK if chosen is not None else EXIT_INFEASIBLE
     _print_plan(plan, objective)
     if chosen is None:
