@@ -7,6 +7,7 @@ predicted are listed with their reason and left out of the MAPE, never dropped.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,8 @@ def load_validation_set(path: str | Path) -> list[dict[str, Any]]:
             raise SpecError(f"validation set[{i}].id", entry["id"], "unique")
         seen.add(entry["id"])
         measured = entry["measured"].get("step_time_s") if isinstance(entry["measured"], dict) else None
-        if not isinstance(measured, (int, float)) or measured <= 0:
-            raise SpecError(f"validation set[{i}].measured.step_time_s", measured, "a positive number")
+        if not isinstance(measured, (int, float)) or not math.isfinite(measured) or measured <= 0:
+            raise SpecError(f"validation set[{i}].measured.step_time_s", measured, "a positive finite number")
     return data
 
 
@@ -91,6 +92,12 @@ def validate(entries: Sequence[dict[str, Any]], base_dir: Path | None = None,
             rows.append(row)
             continue
         row["framework"] = run.framework.name
+        predicted = pred.get("step_time_s")
+        if predicted is None or not math.isfinite(predicted):  # e.g. degrees that do not lay out the cluster
+            why = [w for w in pred.get("warnings", []) if "not predicted" in w] or ["no finite step time predicted"]
+            row.update({"predicted_step_time_s": None, "error": None, "fits": pred["fits"], "reason": why[0]})
+            rows.append(row)
+            continue
         row.update({"predicted_step_time_s": pred["step_time_s"],
                     "error": (pred["step_time_s"] - meas) / meas, "fits": pred["fits"]})
         if "step_time_s_interval" in pred:
