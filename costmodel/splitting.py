@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from costmodel.predictors import RANGE_MARGIN
+from costmodel.predictors._range import RANGE_MARGIN
 
 Range = Mapping[str, tuple[float, float]]
 

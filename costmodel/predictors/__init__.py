@@ -1,42 +1,46 @@
-"""Operator predictors: scikit-learn estimators fitted on a light sample of a profile's timings."""
+"""Operator predictors: scikit-learn estimators fitted on a light sample of a profile's timings.
 
-from costmodel.predictors._attention import AttentionPredictor
-from costmodel.predictors._base import OperatorPredictor
-from costmodel.predictors._cache import cache_dir
-from costmodel.predictors._collective import CollectivePredictor
-from costmodel.predictors._fitted import (
-    CODE_VERSION,
-    FITTED_DIR,
-    RANGE_MARGIN,
-    FittedProfile,
-    device_gpu,
-    fit_profile,
-    fitted_profile,
-    forget_fitted,
-    store_fitted,
-)
-from costmodel.predictors._gemm import GemmPredictor
-from costmodel.predictors._memory import MemoryPredictor
-from costmodel.predictors._sampling import grid_outliers, light_sample
-from costmodel.predictors._scoring import FamilyError
+Names are imported on first use (``costmodel.lazy``): the cost model's import
+does not pay for scikit-learn until a predictor is fitted or loaded.
+"""
 
-__all__ = [
-    "CODE_VERSION",
-    "FITTED_DIR",
-    "RANGE_MARGIN",
-    "AttentionPredictor",
-    "CollectivePredictor",
-    "FamilyError",
-    "FittedProfile",
-    "GemmPredictor",
-    "MemoryPredictor",
-    "OperatorPredictor",
-    "cache_dir",
-    "device_gpu",
-    "fit_profile",
-    "fitted_profile",
-    "forget_fitted",
-    "grid_outliers",
-    "light_sample",
-    "store_fitted",
-]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from costmodel.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from costmodel.predictors._attention import AttentionPredictor
+    from costmodel.predictors._base import OperatorPredictor
+    from costmodel.predictors._cache import cache_dir
+    from costmodel.predictors._collective import CollectivePredictor
+    from costmodel.predictors._fitted import (
+        CODE_VERSION,
+        FITTED_DIR,
+        FittedProfile,
+        device_gpu,
+        fit_profile,
+        fitted_profile,
+        forget_fitted,
+        store_fitted,
+    )
+    from costmodel.predictors._gemm import GemmPredictor
+    from costmodel.predictors._memory import MemoryPredictor
+    from costmodel.predictors._range import RANGE_MARGIN
+    from costmodel.predictors._sampling import grid_outliers, light_sample
+    from costmodel.predictors._scoring import FamilyError
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "costmodel.predictors._attention": ("AttentionPredictor",),
+    "costmodel.predictors._base": ("OperatorPredictor",),
+    "costmodel.predictors._cache": ("cache_dir",),
+    "costmodel.predictors._collective": ("CollectivePredictor",),
+    "costmodel.predictors._fitted": ("CODE_VERSION", "FITTED_DIR", "FittedProfile", "device_gpu", "fit_profile",
+                                     "fitted_profile", "forget_fitted", "store_fitted"),
+    "costmodel.predictors._gemm": ("GemmPredictor",),
+    "costmodel.predictors._memory": ("MemoryPredictor",),
+    "costmodel.predictors._range": ("RANGE_MARGIN",),
+    "costmodel.predictors._sampling": ("grid_outliers", "light_sample"),
+    "costmodel.predictors._scoring": ("FamilyError",),
+}, globals())

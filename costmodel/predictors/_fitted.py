@@ -27,6 +27,7 @@ from costmodel.predictors._collective import CollectivePredictor
 from costmodel.predictors._gemm import GemmPredictor
 from costmodel.predictors._memory import MemoryPredictor
 from costmodel.predictors._physics import check_op
+from costmodel.predictors._range import RANGE_MARGIN
 from costmodel.predictors._sampling import grid_outliers, light_sample
 from costmodel.predictors._scoring import FamilyError, score_family
 from costmodel.profiles.profile import COLLECTIVE_OPS, Profile
@@ -40,10 +41,6 @@ __all__ = ["CODE_VERSION", "FITTED_DIR", "RANGE_MARGIN", "FittedProfile", "devic
 CODE_VERSION: Final = "3"
 # Where ``parplan profile fit`` writes its held-out report (data only), inside the profile's directory.
 FITTED_DIR: Final = "fitted"
-# A query is in range when every shape column lies within [min / margin, max * margin] of the
-# table: a quarter beyond the sampled edge is interpolation between grid points in log space
-# (the GEMM grid steps by up to 3x), much further is extrapolation.
-RANGE_MARGIN: Final = 1.25
 _GEMM_DTYPES: Final = {"bf16": ("gemm_bf16", 2.0), "fp16": ("gemm_fp16", 2.0), "fp8": ("gemm_fp8", 1.0)}
 _ATTENTION_COLUMNS: Final = ("batch", "seq_len", "num_heads", "num_kv_heads", "head_dim")
 _ATTENTION_TABLES: Final = ("attention_fwd", "attention_bwd")
