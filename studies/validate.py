@@ -21,7 +21,7 @@ from costmodel.specs.framework import framework_for_label
 from costmodel.specs.runspec import RunSpec, run_spec_from_mapping
 from costmodel.specs.userfile import read_user_file
 
-ENTRY_KEYS = {"id", "source", "unstated", "framework", "run", "measured"}
+ENTRY_KEYS = {"id", "source", "unstated", "framework", "family", "run", "measured"}
 
 
 def load_validation_set(path: str | Path) -> list[dict[str, Any]]:

@@ -1,0 +1,45 @@
+"""The shipped public validation set: every row parses, has a source, a unique id and a known family."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from costmodel.specs.runspec import run_spec_from_mapping
+from studies.validate import _with_row_framework, load_validation_set
+
+PUBLIC = Path(__file__).resolve().parents[2] / "studies" / "validation" / "public.yaml"
+FAMILIES = {"dense-tp-pp", "fsdp", "cp", "moe"}
+ENTRIES = load_validation_set(PUBLIC)
+
+
+def test_ids_are_unique() -> None:
+    ids = [e["id"] for e in ENTRIES]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e["id"])
+def test_row_has_source_family_and_parses(entry: dict) -> None:
+    assert isinstance(entry.get("source"), str) and len(entry["source"]) > 10
+    assert entry.get("family") in FAMILIES
+    assert entry["measured"].get("how")
+    run = run_spec_from_mapping(_with_row_framework(entry), PUBLIC.parent)
+    assert run.cluster.num_gpus > 0
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e["id"])
+def test_family_matches_the_strategy(entry: dict) -> None:
+    run = run_spec_from_mapping(_with_row_framework(entry), PUBLIC.parent)
+    if run.model.is_moe:
+        assert entry["family"] == "moe"
+    elif entry["family"] == "fsdp":
+        assert run.strategy.zero_stage == 3
+    elif entry["family"] == "cp":
+        assert run.strategy.cp > 1
+
+
+def test_set_covers_the_issue_12_and_13_families() -> None:
+    counts = {f: sum(e["family"] == f for e in ENTRIES) for f in FAMILIES}
+    assert counts["fsdp"] + counts["cp"] >= 8
+    assert counts["moe"] >= 6
