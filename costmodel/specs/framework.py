@@ -27,6 +27,9 @@ DISPATCHERS = ("alltoall", "allgather", "flex")
 # Megatron-Core ``--fp8-recipe`` names (TransformerConfig.fp8_recipe); "tensorwise" is per-tensor
 # current scaling. "rowwise" is torchao's float8 recipe (torchtitan), "aqt" MaxText's.
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise", "rowwise", "aqt")
+# What ``recompute: selective`` keeps: Megatron's (all but the attention core), torchtitan's
+# op-level policy ("op") or its every-other-layer full checkpointing ("layer").
+SELECTIVE_RECOMPUTE = ("megatron", "op", "layer")
 BYTES = {"fp32": 4, "bf16": 2}
 
 
@@ -68,6 +71,14 @@ class Framework:
     each costs one unsharded layer of gather buffer."""
     moe_token_dispatcher: str = "allgather"
     """Default MoE token dispatcher (Megatron-Core ``moe_token_dispatcher_type``)."""
+    selective_recompute: str = "megatron"
+    """What ``recompute: selective`` saves for backward: ``megatron`` (Korthikanti et al. 2022: all but
+    the attention scores), ``op`` (torchtitan's op-level policy: only the saved-op outputs) or
+    ``layer`` (torchtitan: full checkpointing of every other layer)."""
+    cpu_offloading_num_layers: int = 0
+    """Transformer layers whose activations are offloaded to host memory between forward and
+    backward (Megatron-Core ``TransformerConfig.cpu_offloading_num_layers``): trades PCIe traffic
+    for HBM."""
     fp8_recipe: str = "delayed"
     """Default FP8 scaling recipe (Megatron-Core ``TransformerConfig.fp8_recipe``)."""
     fp8_weight_cache: bool = True
@@ -93,6 +104,8 @@ class Framework:
         require_choice(f"{where}.moe_token_dispatcher", self.moe_token_dispatcher, DISPATCHERS)
         require_choice(f"{where}.fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         require_int(f"{where}.fsdp_prefetch_layers", self.fsdp_prefetch_layers, minimum=0)
+        require_choice(f"{where}.selective_recompute", self.selective_recompute, SELECTIVE_RECOMPUTE)
+        require_int(f"{where}.cpu_offloading_num_layers", self.cpu_offloading_num_layers, minimum=0)
         for name in ("tp_comm_overlap", "main_grad_follows_reduce_dtype", "separate_master_weights",
                      "distributed_optimizer", "fp8_weight_cache", "fp8_param_gather", "supports_fp16", "supports_tp_comm_overlap"):
             require_bool(f"{where}.{name}", getattr(self, name))
