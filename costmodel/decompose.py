@@ -241,7 +241,10 @@ def head_ops(model: ModelSpec, strategy: Strategy, seq_length: int) -> list[Op]:
 def _lm_head(prefix: str, x: LayerShape, model: ModelSpec) -> list[Op]:
     vocab = model.vocab_size // x.tp
     ops = _norm(f"{prefix}final_norm", x)
-    ops += _linear(f"{prefix}lm_head", x, n=vocab, k=x.hidden)
+    # The LM head is Megatron-Core's own ColumnParallelLinear, not a Transformer Engine module, so FP8
+    # recipes run it in bf16 (github.com/NVIDIA/Megatron-LM @d98e8a64 megatron/core/models/gpt/
+    # gpt_model.py output_layer_cls: TE only with the mxfp8 output projection).
+    ops += _linear(f"{prefix}lm_head", replace(x, dtype="bf16") if x.dtype == "fp8" else x, n=vocab, k=x.hidden)
     # Ideal single-pass traffic (read logits, write softmax; backward read softmax, write grad),
     # the convention of the measured fit in costmodel/analytic.py that prices the real multi-pass kernel.
     ops += _elementwise(f"{prefix}cross_entropy", x.tokens * vocab, 1, 1, 1, 1)

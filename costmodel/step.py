@@ -3,8 +3,9 @@
 For every pipeline rank the micro-batch forward and backward times are its timed
 operators (``costmodel.compute``) plus the communication its parallelism adds and
 does not hide: TP all-reduce (or all-gather + reduce-scatter with sequence
-parallelism) unless ``tp_comm_overlap``; the context-parallel K/V ring beyond the
-attention it overlaps; the expert-parallel all-to-all; ZeRO-3 gathers beyond the
+parallelism) beyond the GEMMs Transformer Engine overlaps them with
+(``costmodel.tp_comm``); the context-parallel exchange beyond the attention it
+overlaps (``costmodel.cp_comm``); the expert-parallel all-to-all; ZeRO-3 gathers beyond the
 layer compute they are prefetched under. A pipeline schedule turns those into a
 flush; after it, the gradient sync (overlapped with the last micro-batch's
 backward when ``overlap_grad_reduce``), the optimizer step on the local shard and
@@ -21,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from constraints.memory import params_on_gpu, stage_layer_counts
-from costmodel.analytic import attention_backward_ratio
 from costmodel.calibration import framework_overhead
 from costmodel.comm import collective_seconds, group_placement
 from costmodel.compute import StageCompute, pipeline_compute
+from costmodel.cp_comm import cp_layer_exposed_s
 from costmodel.flops import model_flops_per_step
 from costmodel.schedule import SCHEDULES, PipelineTime, schedule_name
 from costmodel.sharding import (
@@ -36,6 +37,7 @@ from costmodel.sharding import (
 )
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
+from costmodel.tp_comm import tp_layer_exposed_s
 
 BF16 = 2
 GRAD_REDUCE_BYTES = 4  # Megatron-LM reduces fp32 main gradients by default (accumulate_allreduce_grads_in_fp32)
@@ -105,31 +107,24 @@ def _intra(timer: OperatorTimer) -> Callable[[str, Any, Any], tuple[np.ndarray, 
     return timer.intra_collective if timer.has_collectives else None
 
 
+def _on_group(timer: OperatorTimer, placement: Any, gpu: Any) -> Callable[[str, float], float]:
+    """``(op, bytes) -> seconds`` of one collective on ``placement`` (memoised ``_collective``)."""
+    return lambda op, nbytes: _collective(timer, op, nbytes, placement, gpu)
+
+
 def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: float,
                 moe_layers: float) -> tuple[float, float, float, float]:
     """(tp, cp, ep, zero3) exposed seconds per micro-batch on one rank (forward + backward)."""
     model, s, cluster, gpu = run.model, run.strategy, run.cluster, run.cluster.gpu
     tokens = s.micro_batch_size * run.seq_length // s.cp
-    activation = tokens * model.hidden_size * BF16
     recompute_fwd = 1 if s.recompute == "full" else 0
     tp = cp = ep = z3 = 0.0
-    if s.tp > 1 and not s.tp_comm_overlap:
+    if s.tp > 1:
         g = group_placement("tp", s, cluster)
-        if s.sequence_parallel:
-            per = (_collective(timer, "all_gather", activation, g, gpu)
-                   + _collective(timer, "reduce_scatter", activation, g, gpu))
-        else:
-            per = _collective(timer, "all_reduce", activation, g, gpu)
-        tp = layers * 2 * per * (2 + recompute_fwd)  # two per layer, forward and backward (and recompute)
+        tp = layers * tp_layer_exposed_s(run, timer, _on_group(timer, g, gpu))
     if s.cp > 1:
         g = group_placement("cp", s, cluster)
-        kv_width = max(1, model.num_query_groups // s.tp) * model.head_dim  # type: ignore[operator]
-        chunk = 2 * s.micro_batch_size * (run.seq_length // s.cp) * kv_width * BF16  # K and V
-        ring = (s.cp - 1) * _collective(timer, "send_recv", chunk, g, gpu)
-        attention = stage.attention_s / max(layers, 1e-9)
-        bwd_attention = attention * attention_backward_ratio(run.seq_length, model.head_dim)
-        # forward circulates K/V, backward K/V and their gradients; each overlaps its attention kernel
-        cp = layers * (max(0.0, ring - attention) + max(0.0, 2 * ring - bwd_attention))
+        cp = layers * cp_layer_exposed_s(run, timer, _on_group(timer, g, gpu))
     if s.ep > 1 and moe_layers:
         g = group_placement("ep", s, cluster)
         dispatched = tokens * model.moe_router_topk * model.hidden_size * BF16

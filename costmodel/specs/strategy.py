@@ -11,6 +11,9 @@ from costmodel.specs.errors import SpecError, require_bool, require_choice, requ
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8")
 ZERO_STAGES = (0, 1, 2, 3)
+# Transformer Engine cp_comm_type values (context_parallel.py attn_forward_func_with_cp): K/V ring,
+# K/V all-gather (Llama 3), head all-to-all (Ulysses).
+CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,7 +31,9 @@ class Strategy:
     current Megatron-LM / NeMo recipes): ``flash_attention``, ``tp_comm_overlap``
     (TP communication hidden behind GEMMs), ``overlap_grad_reduce`` (bucketed
     gradient sync during the last backward), ``overlap_param_gather`` (ZeRO
-    parameter all-gather during the next forward) and ``allow_tp_across_nodes``.
+    parameter all-gather during the next forward), ``allow_tp_across_nodes`` and
+    ``cp_comm_type`` (how context parallelism exchanges K/V: the ``p2p`` ring, the default
+    of Megatron-Core ``--cp-comm-type``; ``all_gather``, Llama 3; ``a2a``, Ulysses).
     """
 
     tp: int = 1
@@ -48,6 +53,7 @@ class Strategy:
     tp_comm_overlap: bool = False
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
+    cp_comm_type: str = "p2p"
 
     def __post_init__(self) -> None:
         if self.sequence_parallel is None:  # Megatron-Core / NeMo recipes turn it on whenever tp > 1
@@ -56,6 +62,7 @@ class Strategy:
             require_int(f"strategy.{name}", getattr(self, name))
         require_choice("strategy.recompute", self.recompute, RECOMPUTE)
         require_choice("strategy.precision", self.precision, PRECISIONS)
+        require_choice("strategy.cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
             raise SpecError("strategy.zero_stage", self.zero_stage, "one of 0, 1, 2, 3")
         for name in ("sequence_parallel", "flash_attention", "allow_tp_across_nodes", "tp_comm_overlap",

@@ -1,0 +1,147 @@
+"""Context-parallel communication of one attention layer, per ``Strategy.cp_comm_type``.
+
+Transformer Engine's context parallelism (``cp_comm_type``, github.com/NVIDIA/TransformerEngine
+@d0067d0d transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py), as
+Megatron-Core passes it (``--cp-comm-type``):
+
+- ``p2p`` (``AttnFuncWithCPAndKVP2P``): K/V circulate in a ring of ``cp`` steps. Causal load
+  balancing gives each rank chunks ``r`` and ``2cp-1-r`` of the ``2cp`` sequence chunks, so every
+  step after the diagonal one is a non-causal attention of two ``s/(2cp)`` chunks, and the
+  diagonal step a causal attention of ``s/cp``. Forward: step ``i < cp-1`` sends the K/V the
+  next step needs while it computes; the last step computes alone. Backward: step 0 sends K/V,
+  middle steps K/V and the running dK/dV, the last step dK/dV only, each under that step's
+  attention backward. Each step waits for its transfer, so a transfer longer than the step's
+  attention shows, and the attention, split in steps, runs at the smaller chunk's efficiency.
+- ``all_gather`` (``AttnFuncWithCPAndKVAllGather``, the Llama 3 variant, Dubey et al. 2024
+  Sec. 3.3.2): K and V all-gathered before the forward, again in the backward, and dK/dV
+  reduce-scattered after it; nothing hides them. The attention of the local query chunks
+  against the gathered keys has the booked FLOPs and a long key length, so it is priced as booked.
+- ``a2a`` (``AttnFuncWithCPAndQKVOA2A``, DeepSpeed-Ulysses, Jacobs et al. 2023): all-to-all of
+  Q, K, V from sequence- to head-sharding before the attention and of the output back after it;
+  the backward all-to-alls dO and dQ, dK, dV. Each rank then runs full-sequence attention on
+  ``heads / (tp * cp)`` heads. TE requires the per-rank query and KV heads divisible by cp.
+
+Exposed time is everything beyond the attention the stage already books (the whole-sequence
+causal kernel over ``1/cp`` of the work, ``costmodel.decompose``). Compute beside an NCCL
+kernel is slowed by ``NCCL_COMPUTE_SLOWDOWN``. The attention core stays bf16 under FP8 recipes,
+so K/V travel in bf16. Sliding-window layers are priced like full layers (TE runs them only
+with ``all_gather`` or ``a2a``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from costmodel.ops import Op
+from costmodel.sharding import NCCL_COMPUTE_SLOWDOWN, overlapped_seconds
+from costmodel.specs.runspec import RunSpec
+from costmodel.specs.strategy import CP_COMM_TYPES
+from costmodel.timing import OperatorTimer
+
+__all__ = ["CP_COMM_TYPES", "cp_layer_exposed_s", "kv_chunk_bytes", "p2p_ring_seconds"]
+
+BF16 = 2
+
+Collective = Callable[[str, float], float]
+"""``(op, message_bytes) -> seconds`` on the context-parallel group."""
+
+
+def _attention(family: str, batch: int, seq: int, heads: int, kv_heads: int, head_dim: int, v_head_dim: int,
+               causal: bool, count: float = 1.0) -> Op:
+    """One flash-attention kernel, with ``costmodel.decompose``'s FLOP and byte counts."""
+    fwd = 2.0 * batch * seq * seq * heads * (head_dim + v_head_dim) * (0.5 if causal else 1.0)
+    moved = BF16 * batch * seq * (heads * head_dim + heads * v_head_dim + kv_heads * (head_dim + v_head_dim))
+    scale = 1 if family == "attention_fwd" else 2
+    return Op(f"cp_chunk.{family}", family, "fwd" if scale == 1 else "bwd",
+              (batch, seq, heads, kv_heads, head_dim, int(causal)), scale * fwd, scale * moved, "bf16", count)
+
+
+def _heads(run: RunSpec, divisor: int) -> tuple[int, int]:
+    """(query heads, KV heads) per GPU when heads are split ``divisor`` ways (KV replicated below one)."""
+    m = run.model
+    return max(1, m.num_attention_heads // divisor), max(1, m.num_query_groups // divisor)  # type: ignore[operator]
+
+
+def kv_chunk_bytes(run: RunSpec) -> float:
+    """Bytes of the K and V one rank holds (``s/cp`` tokens of its KV heads), in bf16."""
+    s, m = run.strategy, run.model
+    _, kv = _heads(run, s.tp)
+    return 2.0 * s.micro_batch_size * (run.seq_length // s.cp) * kv * m.head_dim * BF16  # type: ignore[operator]
+
+
+def _seconds(timer: OperatorTimer, op: Op) -> float:
+    return float(timer.time_ops([op]).seconds[0]) * op.count
+
+
+def _booked(run: RunSpec, timer: OperatorTimer, family: str) -> float:
+    """The attention the stage books per layer: the whole-sequence causal kernel x 1/cp."""
+    s, m = run.strategy, run.model
+    heads, kv = _heads(run, s.tp)
+    return _seconds(timer, _attention(family, s.micro_batch_size, run.seq_length, heads, kv, m.head_dim,  # type: ignore[arg-type]
+                                      m.v_head_dim, True, 1.0 / s.cp))  # type: ignore[arg-type]
+
+
+def p2p_ring_seconds(step_s: list[float], comm_s: list[float], slowdown: float = NCCL_COMPUTE_SLOWDOWN) -> float:
+    """A ring of attention steps, each waiting for the transfer issued beside it (0: none)."""
+    return sum(overlapped_seconds(a, c, slowdown) if c > 0 else a for a, c in zip(step_s, comm_s))
+
+
+def _p2p_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, forward_passes: int) -> float:
+    s, m = run.strategy, run.model
+    cp, b = s.cp, s.micro_batch_size
+    heads, kv = _heads(run, s.tp)
+    half = run.seq_length // (2 * cp)
+    hd, vhd = m.head_dim, m.v_head_dim
+    send = collective("send_recv", kv_chunk_bytes(run))
+    total = 0.0
+    for family, forward in (("attention_fwd", True), ("attention_bwd", False)):
+        diagonal = _seconds(timer, _attention(family, b, 2 * half, heads, kv, hd, vhd, True))  # type: ignore[arg-type]
+        off = _seconds(timer, _attention(family, 2 * b, half, heads, kv, hd, vhd, False))  # type: ignore[arg-type]
+        steps = [diagonal] + [off] * (cp - 1)
+        if forward:
+            comms = [send] * (cp - 1) + [0.0]
+        else:  # K/V out, then K/V and the running dK/dV, then dK/dV back
+            comms = [send] + [2 * send] * (cp - 2) + [send]
+        ring = p2p_ring_seconds(steps, comms) - _booked(run, timer, family)
+        total += (forward_passes if forward else 1) * ring
+    return total
+
+
+def _all_gather_exposed(run: RunSpec, collective: Collective, forward_passes: int) -> float:
+    gathered = kv_chunk_bytes(run) * run.strategy.cp
+    ag, rs = collective("all_gather", gathered), collective("reduce_scatter", gathered)
+    return forward_passes * ag + ag + rs
+
+
+def _a2a_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, forward_passes: int) -> float:
+    s, m = run.strategy, run.model
+    tokens = s.micro_batch_size * run.seq_length // s.cp
+    heads, kv = _heads(run, s.tp)
+    qkv = collective("all_to_all", tokens * (heads + 2 * kv) * m.head_dim * BF16)  # type: ignore[operator]
+    out = collective("all_to_all", tokens * heads * m.v_head_dim * BF16)  # type: ignore[operator]
+    sharded_heads, sharded_kv = _heads(run, s.tp * s.cp)
+    total = forward_passes * (qkv + out) + out + qkv
+    for family, passes in (("attention_fwd", forward_passes), ("attention_bwd", 1)):
+        whole = _seconds(timer, _attention(family, s.micro_batch_size, run.seq_length, sharded_heads, sharded_kv,
+                                           m.head_dim, m.v_head_dim, True))  # type: ignore[arg-type]
+        total += passes * (whole - _booked(run, timer, family))
+    return total
+
+
+def cp_layer_exposed_s(run: RunSpec, timer: OperatorTimer, collective: Collective) -> float:
+    """Exposed CP seconds of one layer per micro-batch: forward (with its recompute) and backward.
+
+    Selective and full recomputation re-run the attention core, and with it the CP exchange
+    (Megatron-Core's selective recompute module is ``core_attn``).
+    """
+    s = run.strategy
+    if s.cp == 1:
+        return 0.0
+    forward_passes = 1 if s.recompute == "none" else 2
+    kind = s.cp_comm_type
+    if kind == "all_gather":
+        exposed = _all_gather_exposed(run, collective, forward_passes)
+    elif kind == "a2a":
+        exposed = _a2a_exposed(run, timer, collective, forward_passes)
+    else:
+        exposed = _p2p_exposed(run, timer, collective, forward_passes)
+    return max(0.0, exposed)
