@@ -6,7 +6,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from costmodel.specs.errors import SpecError
+from costmodel.specs.errors import SpecError, choices_hint
 from costmodel.specs.gpu import GPUSpec, gpu_from_mapping
 from costmodel.specs.model import ModelSpec, model_from_mapping
 from costmodel.specs.userfile import RefusedInput, parse_yaml
@@ -43,7 +43,8 @@ def get_model(name: str) -> ModelSpec:
     """Catalog model ``name``; the error lists the known names."""
     catalog = model_catalog()
     if name not in catalog:
-        raise SpecError("model", name, "a catalog model (" + ", ".join(catalog) + ")")
+        raise SpecError("model", name, "a catalog model (" + choices_hint(str(name), list(catalog),
+                                                                               "`parplan catalog models`") + ")")
     return catalog[name]
 
 
@@ -51,5 +52,6 @@ def get_gpu(name: str) -> GPUSpec:
     """Catalog GPU ``name``; the error lists the known names."""
     catalog = gpu_catalog()
     if name not in catalog:
-        raise SpecError("cluster.gpu", name, "a catalog GPU (" + ", ".join(catalog) + ")")
+        raise SpecError("cluster.gpu", name, "a catalog GPU (" + choices_hint(str(name), list(catalog),
+                                                                                 "`parplan catalog gpus`") + ")")
     return catalog[name]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import reprlib
+import difflib
 from typing import Any
 
 QUOTE_CHARS = 80
@@ -93,4 +94,20 @@ def reject_unknown_keys(section: str, mapping: dict[str, Any], allowed: set[str]
     for key in mapping:
         if key not in allowed:
             raise SpecError(f"{section}.{key}" if section else str(key), key,
-                            "a known key (" + ", ".join(sorted(allowed)) + ")")
+                            "a known key (" + choices_hint(str(key), sorted(allowed)) + ")")
+
+
+def choices_hint(value: str, choices: list[str] | tuple[str, ...], see: str = "docs/run_spec.md",
+                 limit: int = 8) -> str:
+    """The allowed values for an error line: all of them when few, else the closest ones and where to look.
+
+    A catalog of 40 names in one error line buries the answer; the nearest spellings are what a
+    user who made a typo needs.
+    """
+    if len(choices) <= limit:
+        return ", ".join(choices)
+    needle = value.lower()
+    close = [c for c in choices if needle and needle in c.lower()][:3] or difflib.get_close_matches(
+        value, choices, n=3, cutoff=0.5)
+    nearest = f"closest: {', '.join(close)}; " if close else ""
+    return f"{nearest}{len(choices)} in all, see {see}"
