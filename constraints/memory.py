@@ -52,7 +52,8 @@ from costmodel.specs.framework import Framework
 from costmodel.specs.gpu import GiB
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.runspec import RunSpec
-from costmodel.specs.strategy import Strategy, pipeline_layers
+from costmodel.specs.layout import layout_of, stage_layer_counts
+from costmodel.specs.strategy import Strategy
 
 BYTES_WEIGHT_16BIT = 2
 BYTES_WEIGHT_FP32 = 4
@@ -98,14 +99,8 @@ class StageMemory:
 
 # -- parameters per GPU ---------------------------------------------------------
 def layers_per_stage(model: ModelSpec, strategy: Strategy, stage: int) -> float:
-    """Transformer layers pipeline rank ``stage`` holds (all its virtual chunks).
-
-    ``pipeline_layers``' split (even, or fewer layers on the first and last
-    rank); ``num_layers / pp`` where no split is supported (the rules reject
-    such a strategy; the figure only keeps a report of it finite).
-    """
-    split = pipeline_layers(model.num_layers, strategy.pp, strategy.vpp)
-    return float(split[stage]) if split is not None else model.num_layers / strategy.pp
+    """Transformer layers pipeline rank ``stage`` holds (all its virtual chunks), from ``layout_of``."""
+    return float(layout_of(model, strategy).layers(stage))
 
 
 def dense_layer_params_per_gpu(model: ModelSpec, tp: int) -> float:
@@ -137,13 +132,6 @@ def embedding_params_per_gpu(model: ModelSpec, strategy: Strategy, stage: int) -
         if not model.tie_embeddings or strategy.pp > 1:
             n += vocab
     return n
-
-
-def stage_layer_counts(model: ModelSpec, strategy: Strategy, stage: int) -> tuple[float, float]:
-    """(dense, MoE) layers on pipeline rank ``stage``, spreading the leading dense layers evenly."""
-    per_stage = layers_per_stage(model, strategy, stage)
-    moe_share = model.num_moe_layers / model.num_layers
-    return per_stage * (1 - moe_share), per_stage * moe_share
 
 
 def params_on_gpu(run: RunSpec, stage: int) -> tuple[float, float]:
@@ -299,9 +287,10 @@ def stage_memory(run: RunSpec, stage: int) -> StageMemory:
 def peak_stage_memory(run: RunSpec) -> StageMemory:
     """The pipeline stage with the highest per-GPU memory.
 
-    The first, the last, or (when the first holds fewer layers: an uneven split)
-    the second: later middle stages hold fewer in-flight micro-batches than the
-    second, the same layers and no embedding or logits.
+    Of ranks that hold the same layers (``PipelineLayout.rank_key``) the earliest holds the most
+    in-flight micro-batches, so only the first of each kind is evaluated: the first, the second
+    and the last rank of an even or first/last-stage split.
     """
-    candidates = {0, min(1, run.strategy.pp - 1), run.strategy.pp - 1}
+    layout = layout_of(run.model, run.strategy)
+    candidates = {layout.rank_key(st): st for st in reversed(range(run.strategy.pp))}.values()
     return max((stage_memory(run, st) for st in sorted(candidates)), key=lambda m: m.total_bytes)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from costmodel.specs.runspec import RunSpec
-from costmodel.specs.strategy import pipeline_layers
+from costmodel.specs.layout import layout_of
 
 Rule = Callable[[RunSpec], "str | None"]
 
@@ -64,23 +64,14 @@ def tp_within_nvlink_domain(run: RunSpec) -> str | None:
     return None
 
 
-def pp_within_layers(run: RunSpec) -> str | None:
-    pp, layers = run.strategy.pp, run.model.num_layers
-    if pp > layers:
-        return f"pp={pp} exceeds num_layers={layers}"
-    return None
+def pipeline_layout_builds(run: RunSpec) -> str | None:
+    """The pipeline layout (``costmodel.specs.layout``) is one Megatron-Core builds for this model.
 
-
-def layers_split_evenly(run: RunSpec) -> str | None:
-    s, layers = run.strategy, run.model.num_layers
-    if pipeline_layers(layers, s.pp, s.vpp) is None:
-        chunks = s.pp * s.vpp
-        if s.vpp > 1:
-            return (f"num_layers={layers} must split evenly over pp*vpp = {s.pp}*{s.vpp} = {chunks} "
-                    f"model chunks (interleaving with uneven stages is not modelled)")
-        return (f"num_layers={layers} cannot be split over pp={s.pp}: evenly, or with fewer layers "
-                f"on the first and last stage and at least one on each")
-    return None
+    Only what Megatron-Core itself refuses: an explicit layout may leave stages empty or hold more
+    stages than layers (``"E||t|L"``).
+    """
+    problems = layout_of(run.model, run.strategy).problems
+    return "; ".join(problems) if problems else None
 
 
 def batch_divisible(run: RunSpec) -> str | None:
@@ -178,8 +169,7 @@ RULES: tuple[Rule, ...] = (
     tp_fits_kv_heads,
     tp_divides_ffn,
     tp_within_nvlink_domain,
-    pp_within_layers,
-    layers_split_evenly,
+    pipeline_layout_builds,
     batch_divisible,
     interleaving_needs_pipeline,
     sequence_parallel_needs_tp,

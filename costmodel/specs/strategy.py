@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from functools import lru_cache
 from typing import Any
 
 from costmodel.specs.errors import SpecError, require_bool, require_choice, require_int
+from costmodel.specs.layout import parse_layout
 
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8")
@@ -34,6 +34,13 @@ class Strategy:
     parameter all-gather during the next forward), ``allow_tp_across_nodes`` and
     ``cp_comm_type`` (how context parallelism exchanges K/V: the ``p2p`` ring, the default
     of Megatron-Core ``--cp-comm-type``; ``all_gather``, Llama 3; ``a2a``, Ulysses).
+
+    Pipeline layout knobs (Megatron-Core's, read through ``costmodel.specs.layout.layout_of``;
+    at most one kind may be set, as TransformerConfig requires): ``pipeline_layout``, a
+    ``--pipeline-model-parallel-layout`` string whose stage count sets ``vpp``;
+    ``first_stage_layers`` / ``last_stage_layers`` (``--decoder-first/last-pipeline-num-layers``);
+    ``account_for_embedding`` / ``account_for_loss`` (``--account-for-embedding/loss-in-pipeline-split``).
+    With none set, a ``pp`` that does not divide the layers takes the default first/last-stage split.
     """
 
     tp: int = 1
@@ -53,6 +60,11 @@ class Strategy:
     tp_comm_overlap: bool = False
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
+    pipeline_layout: str | None = None
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    account_for_embedding: bool = False
+    account_for_loss: bool = False
     cp_comm_type: str = "p2p"
 
     def __post_init__(self) -> None:
@@ -66,8 +78,42 @@ class Strategy:
         if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
             raise SpecError("strategy.zero_stage", self.zero_stage, "one of 0, 1, 2, 3")
         for name in ("sequence_parallel", "flash_attention", "allow_tp_across_nodes", "tp_comm_overlap",
-                     "overlap_grad_reduce", "overlap_param_gather"):
+                     "overlap_grad_reduce", "overlap_param_gather", "account_for_embedding", "account_for_loss"):
             require_bool(f"strategy.{name}", getattr(self, name))
+        self._check_pipeline_layout()
+
+    def _check_pipeline_layout(self) -> None:
+        """Layout knobs Megatron-Core refuses without knowing the model (TransformerConfig __post_init__)."""
+        ends = ("first_stage_layers", "last_stage_layers")
+        for name in ends:
+            if getattr(self, name) is not None:
+                require_int(f"strategy.{name}", getattr(self, name))
+                if self.pp == 1:
+                    raise SpecError(f"strategy.{name}", getattr(self, name),
+                                    "unset when strategy.pp=1 (one stage is both the first and the last)")
+                if getattr(self, name) % self.vpp:
+                    raise SpecError(f"strategy.{name}", getattr(self, name),
+                                    f"divisible by strategy.vpp={self.vpp} (each virtual stage holds a share)")
+        accounted = self.account_for_embedding or self.account_for_loss
+        if accounted and any(getattr(self, name) is not None for name in ends):
+            raise SpecError("strategy.account_for_embedding/account_for_loss", True,
+                            "false when strategy.first_stage_layers or strategy.last_stage_layers is set "
+                            "(Megatron-Core refuses both)")
+        if self.pipeline_layout is None:
+            return
+        if accounted or any(getattr(self, name) is not None for name in ends):
+            raise SpecError("strategy.pipeline_layout", self.pipeline_layout,
+                            "unset when strategy.first_stage_layers, last_stage_layers, account_for_embedding or "
+                            "account_for_loss is set (Megatron-Core refuses both)")
+        stages = len(parse_layout(self.pipeline_layout))
+        if stages % self.pp:
+            raise SpecError("strategy.pipeline_layout", self.pipeline_layout,
+                            f"a layout whose {stages} stages are a multiple of strategy.pp={self.pp}")
+        if self.vpp not in (1, stages // self.pp):
+            raise SpecError("strategy.vpp", self.vpp,
+                            f"{stages // self.pp} (the virtual stages per rank strategy.pipeline_layout gives "
+                            f"pp={self.pp}) or left out")
+        object.__setattr__(self, "vpp", stages // self.pp)  # Megatron-Core derives vpp from the layout
 
     @property
     def model_parallel_size(self) -> int:
@@ -95,38 +141,14 @@ class Strategy:
 STRATEGY_KEYS = frozenset(f.name for f in fields(Strategy))
 
 
-@lru_cache(maxsize=4096)  # the memory model, decomposition and step time ask once per stage
 def pipeline_layers(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, ...] | None:
-    """Transformer layers each pipeline rank holds (all its virtual chunks), or None if unsupported.
+    """Decoder layers per rank of the layout with no layout knob set, or None where the rules refuse it.
 
-    Even when ``pp * vpp`` divides ``num_layers``. Otherwise, with ``vpp == 1``,
-    Megatron-Core's uneven split (``--decoder-first-pipeline-num-layers`` /
-    ``--decoder-last-pipeline-num-layers``, TransformerConfig
-    ``num_layers_in_{first,last}_pipeline_stage``): every middle rank holds
-    ``ceil(num_layers / pp)`` layers and the first and last ranks, which also
-    hold the embedding and the LM head, give up the shortfall between them (the
-    last one more when it is odd), each keeping at least one layer. Llama 3
-    405B's 126 layers on pp 16 give 7, 14 x 8, 7 (the layout of Dubey et al.
-    2024, section 3.3.2: one layer fewer on the first and the last stage).
-    Interleaving (``vpp > 1``) with an uneven split is not modelled.
+    Kept for callers that know only the degrees; ``costmodel.specs.layout.layout_of`` is the source.
     """
-    if pp < 1 or vpp < 1 or num_layers < pp:
-        return None
-    if num_layers % (pp * vpp) == 0:
-        return (num_layers // pp,) * pp
-    if vpp > 1 or pp == 1:
-        return None
-    base = -(-num_layers // pp)
-    shortfall = base * pp - num_layers
-    first, last = base - shortfall // 2, base - (shortfall + 1) // 2
-    if first < 1 or last < 1:
-        return None
-    return (first, *(base,) * (pp - 2), last)
+    from costmodel.specs.layout import _layout
 
-
-def uneven_ends(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, int] | None:
-    """(first, last) stage layers of an uneven ``pipeline_layers`` split; None when even or unsupported."""
-    split = pipeline_layers(num_layers, pp, vpp)
-    if split is None or len(set(split)) == 1:
+    if pp < 1 or vpp < 1:
         return None
-    return split[0], split[-1]
+    layout = _layout(num_layers, 0, pp, vpp, None, None, None, False, False)
+    return None if layout.problems else layout.stage_layers
