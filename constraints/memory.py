@@ -18,7 +18,7 @@ Model states (bytes per parameter, mixed precision with Adam), read from the run
     FP8: Transformer Engine caches FP8 copies of the GEMM weights across micro-batches
     (``fp8_weight_copy_bytes``) beside the 16-bit weights, when the framework keeps that
     workspace (Megatron-Core does; torchao / torchtitan casts per forward).
-    Expert parameters are split by ep and tp and sharded over dp * cp / ep ranks
+    Expert parameters are split by ep and etp (expert TP, default tp) and sharded over tp * dp * cp / (etp * ep) ranks
     (Megatron-LM ``report_theoretical_memory``).
 Activations per transformer layer: Korthikanti et al. 2022 (arXiv 2205.05198)
     Section 4, generalised term by term (GQA widths, SwiGLU, no dropout, flash
@@ -28,10 +28,20 @@ Activations per transformer layer: Korthikanti et al. 2022 (arXiv 2205.05198)
     up with 2(pp - i - 1) + (vpp - 1) pp + 1 model chunks (Narayanan et al. 2021,
     and Korthikanti et al. 2022 Section 4.2.3: the first stage holds
     L (1 + (pp - 1) / (pp vpp)) layers' worth).
+    ``recompute: selective`` keeps what the framework's ``selective_recompute`` says:
+    Megatron's (above), torchtitan's op-level policy (``op``: the layer input and the
+    outputs of every other matmul, attention and reduce-scatter, torchtitan @3faaa1a0
+    parallelize_llama.py ``_save_list``) or torchtitan's default (``layer``: every other
+    layer fully checkpointed, selective_ac_option "2"). ``cpu_offloading_num_layers``
+    moves those layers' activations to the host, one layer's worth staying as the copy
+    buffer (Megatron-Core TransformerConfig.cpu_offloading_num_layers, Transformer Engine
+    cpu_offload.py get_cpu_offload_context).
 Other (peak-time buffers): fp32 + 16-bit logits on the last stage (6 bytes x b x s x
     V / tp, ml-engineering "performance" chapter), the embedding output on the first,
-    ZeRO-3 gather buffers for two layers (current + prefetched), MoE dispatch/combine
-    buffers, one layer's working set during full-recompute backward.
+    ZeRO-3 gather buffers for the computing layer plus the framework's prefetch window
+    (``fsdp_prefetch_layers``), or the whole stage when FSDP2 keeps parameters unsharded
+    between forward and backward (torchtitan: reshard_after_forward = not pp_enabled),
+    MoE dispatch/combine buffers, one layer's working set during full-recompute backward.
 A runtime reserve (CUDA context, NCCL buffers, fragmentation) is not part of the
 peak: it is taken from the capacity instead (``ClusterSpec.usable_memory_bytes``).
 
@@ -115,7 +125,7 @@ def moe_layer_params_per_gpu(model: ModelSpec, strategy: Strategy) -> tuple[floa
     shared = model.num_shared_experts * model.mlp_params(model.moe_ffn_hidden_size)  # type: ignore[arg-type]
     non_expert = (model.attention_params() + shared) / strategy.tp + 2 * model.norm_params() \
         + model.hidden_size * model.num_experts
-    return non_expert, experts / (strategy.ep * strategy.tp)
+    return non_expert, experts / (strategy.ep * strategy.expert_tensor_parallel_size)  # folding: EP x ETP
 
 
 def embedding_params_per_gpu(model: ModelSpec, strategy: Strategy, stage: int) -> float:
@@ -238,6 +248,50 @@ def activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, seq_length:
     return attn + mlp
 
 
+def op_saved_activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, seq_length: int) -> float:
+    """Bytes one dense layer keeps under torchtitan's op-level selective checkpointing, per micro-batch.
+
+    torchtitan @3faaa1a0 torchtitan/parallelisms/parallelize_llama.py ``_custom_policy``: the
+    outputs of ops in ``_save_list`` (mm, flash / efficient attention, reduce-scatter) are
+    saved, "except every second mm"; everything else is recomputed. The matmuls of a block
+    run wq, wk, wv, wo, w1 (, w3), w2, so the odd ones are kept. The checkpointed region's
+    input (the layer input) is always kept.
+    """
+    t, b = strategy.tp, strategy.micro_batch_size
+    s = seq_length / strategy.cp
+    h = model.hidden_size
+    sp = strategy.sequence_parallel and t > 1
+    ffn = model.ffn_hidden_size
+    mm_widths = [model.q_size / t, model.kv_size / t, model.kv_size / t, h,  # wq wk wv wo
+                 ffn / t] + ([ffn / t] if model.activation == "swiglu" else []) + [h]  # type: ignore[operator]
+    kept = 2 * s * b * sum(mm_widths[0::2])
+    attention = 2 * s * b * model.q_size / t + 4 * model.num_attention_heads * s * b / t  # output + fp32 LSE
+    scatters = 2 * (2 * s * b * h / t) if sp else 0.0  # SP reduce-scatter outputs of wo and w2
+    return 2 * s * b * h / (t if sp else 1) + kept + attention + scatters
+
+
+def stored_activation_bytes_per_layer(run: RunSpec, moe: bool = False) -> float:
+    """Bytes one layer keeps for backward, per micro-batch, averaged over the stage's layers.
+
+    The framework's ``selective_recompute`` decides what ``recompute: selective`` keeps (MoE
+    layers under ``op`` are counted as Megatron's selective: the policy was read for dense blocks).
+    """
+    model, s = run.model, run.strategy
+    mode = run.framework.selective_recompute if s.recompute == "selective" else "megatron"
+    if mode == "op" and not moe:
+        return op_saved_activation_bytes_per_layer(model, s, run.seq_length)
+    if mode == "layer":  # torchtitan checkpoints layers 2, 4, ...: half full recompute, half none
+        full = activation_bytes_per_layer(model, replace(s, recompute="full"), run.seq_length, moe=moe)
+        none = activation_bytes_per_layer(model, replace(s, recompute="none"), run.seq_length, moe=moe)
+        return (full + none) / 2
+    return activation_bytes_per_layer(model, s, run.seq_length, moe=moe)
+
+
+def offloaded_layers(run: RunSpec, layers: float) -> float:
+    """Layers of a stage whose activations sit on the host (``cpu_offloading_num_layers``, at most all)."""
+    return min(float(run.framework.cpu_offloading_num_layers), layers)
+
+
 def inflight_chunks(strategy: Strategy, stage: int) -> float:
     """Model chunks whose activations stage ``stage`` holds at its peak (in layers-of-a-stage units)."""
     p, v, m = strategy.pp, strategy.vpp, strategy.num_microbatches
@@ -251,10 +305,20 @@ def layer_activation_bytes(run: RunSpec, stage: int) -> float:
     """Transformer-layer activations held by one GPU of ``stage`` at its peak."""
     model, s = run.model, run.strategy
     dense_layers, moe_layers = stage_layer_counts(model, s, stage)
-    per_chunk = dense_layers * activation_bytes_per_layer(model, s, run.seq_length)
+    dense_each = stored_activation_bytes_per_layer(run)
+    per_chunk = dense_layers * dense_each
+    largest = dense_each if dense_layers else 0.0
     if moe_layers:
-        per_chunk += moe_layers * activation_bytes_per_layer(model, s, run.seq_length, moe=True)
-    return per_chunk * inflight_chunks(s, stage)
+        moe_each = stored_activation_bytes_per_layer(run, moe=True)
+        per_chunk += moe_layers * moe_each
+        largest = max(largest, moe_each)
+    layers = dense_layers + moe_layers
+    held = per_chunk * inflight_chunks(s, stage)
+    off = offloaded_layers(run, layers)
+    if off <= 0 or layers <= 0:
+        return held
+    # Offloaded layers leave HBM for every in-flight micro-batch; one layer's worth stays as the copy buffer.
+    return held * (1 - off / layers) + largest
 
 
 def other_bytes(run: RunSpec, stage: int) -> float:
@@ -267,12 +331,33 @@ def other_bytes(run: RunSpec, stage: int) -> float:
     if stage == s.pp - 1:
         out += BYTES_LOGITS * b * seq * model.vocab_size / s.tp
     if s.zero_stage == 3:
-        out += 2 * BYTES_WEIGHT_16BIT * dense_layer_params_per_gpu(model, s.tp)
+        out += zero3_gather_bytes(run, stage)
     if model.is_moe:
         out += 2 * 2 * model.moe_router_topk * seq * b * h  # dispatch and combine buffers
-    if s.recompute == "full":
+    layer_sac = s.recompute == "selective" and run.framework.selective_recompute == "layer"
+    if s.recompute == "full" or layer_sac:  # a checkpointed layer's forward is rebuilt in its backward
         out += activation_bytes_per_layer(model, replace(s, recompute="none"), run.seq_length, moe=model.is_moe)
     return out
+
+
+def zero3_gather_layers(run: RunSpec, stage: int) -> float:
+    """Unsharded layers a ZeRO-3 rank holds at once: the computing one plus the prefetch window.
+
+    ``Framework.fsdp_prefetch_layers`` is the window (torchtitan, Megatron-FSDP and DeepSpeed
+    files give its source). FSDP2 under pipeline parallelism keeps every layer of the stage
+    unsharded between a micro-batch's forward and backward (torchtitan @b5bcd76c
+    torchtitan/distributed/fsdp.py: reshard_after_forward = not pp_enabled).
+    """
+    fw, s = run.framework, run.strategy
+    layers = layers_per_stage(run.model, s, stage)
+    if fw.fsdp_implementation == "fsdp2" and s.pp > 1:
+        return layers
+    return min(layers, 1.0 + fw.fsdp_prefetch_layers)
+
+
+def zero3_gather_bytes(run: RunSpec, stage: int) -> float:
+    """16-bit all-gather buffers of the layers ``zero3_gather_layers`` counts."""
+    return zero3_gather_layers(run, stage) * BYTES_WEIGHT_16BIT * dense_layer_params_per_gpu(run.model, run.strategy.tp)
 
 
 def stage_memory(run: RunSpec, stage: int) -> StageMemory:
