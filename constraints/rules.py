@@ -111,6 +111,22 @@ def cp_divides_sequence(run: RunSpec) -> str | None:
     return None
 
 
+def ulysses_divides_heads(run: RunSpec) -> str | None:
+    """``cp_comm_type: a2a`` shards heads over cp after tp: both head counts must divide by tp * cp.
+
+    Transformer Engine asserts ``num_heads % cp_size == 0`` for Q, K and V of the rank's
+    (tensor-parallel) heads (context_parallel.py AttnFuncWithCPAndQKVOA2A.forward, @d0067d0d).
+    """
+    s, m = run.strategy, run.model
+    if s.cp == 1 or s.cp_comm_type != "a2a":
+        return None
+    for name, heads in (("num_attention_heads", m.num_attention_heads), ("num_query_groups", m.num_query_groups)):
+        if heads % (s.tp * s.cp):
+            return (f"cp_comm_type=a2a needs {name}={heads} divisible by tp*cp = {s.tp}*{s.cp} = {s.tp * s.cp} "
+                    f"(Ulysses splits each rank's heads over cp)")
+    return None
+
+
 def expert_parallel_fits(run: RunSpec) -> str | None:
     s, model = run.strategy, run.model
     if s.ep == 1:
@@ -174,6 +190,7 @@ RULES: tuple[Rule, ...] = (
     interleaving_needs_pipeline,
     sequence_parallel_needs_tp,
     cp_divides_sequence,
+    ulysses_divides_heads,
     expert_parallel_fits,
     precision_supported,
     framework_runs_zero_stage,

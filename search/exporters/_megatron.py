@@ -69,6 +69,8 @@ def strategy_args(strategy: Strategy, model: ModelSpec, framework: Framework | N
         args.append(["--fp8-format", "hybrid"])
     if s.flash_attention:
         args.append(["--attention-backend", "flash"])
+    if s.cp > 1:  # passed verbatim to TE (megatron/core/transformer/transformer_config.py cp_comm_type)
+        args.append(["--cp-comm-type", s.cp_comm_type])
     if s.tp_comm_overlap:
         args.append(["--tp-comm-overlap"])
     if s.overlap_grad_reduce:
@@ -119,7 +121,7 @@ class MegatronExporter(Exporter):
     def carried(self, strategy: Strategy) -> frozenset[str]:
         return frozenset({"tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size",
                           "sequence_parallel", "recompute", "zero_stage", "precision", "flash_attention",
-                          "tp_comm_overlap", "overlap_grad_reduce"}
+                          "tp_comm_overlap", "overlap_grad_reduce", "cp_comm_type"}
                          | ({"overlap_param_gather"} if strategy.zero_stage >= 1 else set()))
 
     def render(self, strategy: Strategy, problem: SearchProblem) -> str:

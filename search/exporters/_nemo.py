@@ -27,7 +27,7 @@ class NeMoExporter(Exporter):
     def carried(self, strategy: Strategy) -> frozenset[str]:
         return frozenset({"tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size",
                           "sequence_parallel", "recompute", "zero_stage", "precision", "tp_comm_overlap",
-                          "overlap_grad_reduce", "overlap_param_gather"})
+                          "overlap_grad_reduce", "overlap_param_gather", "cp_comm_type"})
 
     def render(self, strategy: Strategy, problem: SearchProblem) -> str:
         s, fw = strategy, problem.framework
@@ -36,6 +36,7 @@ class NeMoExporter(Exporter):
             "pipeline_model_parallel_size": s.pp,
             "virtual_pipeline_model_parallel_size": s.vpp if s.vpp > 1 else None,
             "context_parallel_size": s.cp,
+            "cp_comm_type": s.cp_comm_type if s.cp > 1 else None,  # TransformerConfig.cp_comm_type
             "expert_model_parallel_size": s.ep,
             "sequence_parallel": s.sequence_parallel,
             "seq_length": problem.seq_length,

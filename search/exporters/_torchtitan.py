@@ -32,6 +32,10 @@ def model_parts(num_layers: int, pp: int, vpp: int) -> list[list[str]]:
     return parts
 
 
+# parplan cp_comm_type -> torchtitan [parallelism] context_parallel_rotate_method (PyTorch ring
+# attention: "allgather" gathers all K/V shards first, "alltoall" passes them around the ring).
+ROTATE_METHOD = {"p2p": "alltoall", "all_gather": "allgather"}
+
 class TorchtitanExporter(Exporter):
     """``torchtitan.toml``, merged into a torchtitan train config (``--job.config_file``)."""
 
@@ -41,6 +45,8 @@ class TorchtitanExporter(Exporter):
     def carried(self, strategy: Strategy) -> frozenset[str]:
         out = {"tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size", "recompute",
                "precision"}
+        if strategy.cp_comm_type in ROTATE_METHOD:  # torchtitan has no Ulysses (a2a) context parallelism
+            out.add("cp_comm_type")
         if strategy.zero_stage != 1:  # torchtitan has no optimizer-only sharding
             out.add("zero_stage")
         if strategy.sequence_parallel == (strategy.tp > 1):  # its TP plan always shards norms (SP)
@@ -81,6 +87,7 @@ class TorchtitanExporter(Exporter):
             f'pipeline_parallel_schedule = "{"Interleaved1F1B" if s.vpp > 1 else "1F1B"}"',
             f"pipeline_parallel_microbatch_size = {s.micro_batch_size}",
             f"context_parallel_degree = {s.cp}",
+            f'context_parallel_rotate_method = "{ROTATE_METHOD.get(s.cp_comm_type, "alltoall")}"',
             f"expert_parallel_degree = {s.ep}",
         ]
         if s.pp > 1:
