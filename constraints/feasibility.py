@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from constraints.memory import StageMemory, peak_stage_memory
+from constraints.oom import oom_probability
 from constraints.rules import rule_violations
 from costmodel.specs.gpu import GiB
 from costmodel.specs.runspec import RunSpec
@@ -17,6 +18,8 @@ class Verdict:
     violations: tuple[str, ...]
     memory: StageMemory
     usable_bytes: float
+    memory_margin: float = 0.0
+    """Fraction of ``usable_bytes`` kept free when judging the memory budget (``--memory-margin``)."""
 
     @property
     def fits(self) -> bool:
@@ -26,19 +29,31 @@ class Verdict:
     def peak_memory_gib(self) -> float:
         return self.memory.total_bytes / GiB
 
+    @property
+    def headroom_gib(self) -> float:
+        """Usable memory left at the peak (negative: over the limit), margin not subtracted."""
+        return (self.usable_bytes - self.memory.total_bytes) / GiB
 
-def memory_violation(memory: StageMemory, usable_bytes: float, gpu_name: str) -> str | None:
-    if memory.total_bytes > usable_bytes:
+    @property
+    def oom_probability(self) -> float:
+        """P(the true peak exceeds usable memory), ``constraints.oom``."""
+        return oom_probability(self.memory.total_bytes, self.usable_bytes)
+
+
+def memory_violation(memory: StageMemory, usable_bytes: float, gpu_name: str, margin: float = 0.0) -> str | None:
+    budget = usable_bytes * (1.0 - margin)
+    if memory.total_bytes > budget:
+        kept = f" less a {margin:.1%} memory margin" if margin > 0 else ""
         return (f"needs {memory.total_bytes / GiB:.1f} GiB per GPU on pipeline stage {memory.stage}, "
-                f"{usable_bytes / GiB:.1f} GiB usable on {gpu_name}")
+                f"{budget / GiB:.1f} GiB usable on {gpu_name}{kept}")
     return None
 
 
-def check(run: RunSpec) -> Verdict:
-    """Apply every rule and the memory model to ``run``."""
+def check(run: RunSpec, memory_margin: float = 0.0) -> Verdict:
+    """Apply every rule and the memory model to ``run``, keeping ``memory_margin`` of usable memory free."""
     violations = rule_violations(run)
     memory = peak_stage_memory(run)
     usable = run.cluster.usable_memory_bytes
-    if (msg := memory_violation(memory, usable, run.cluster.gpu.name)) is not None:
+    if (msg := memory_violation(memory, usable, run.cluster.gpu.name, memory_margin)) is not None:
         violations.append(msg)
-    return Verdict(violations=tuple(violations), memory=memory, usable_bytes=usable)
+    return Verdict(violations=tuple(violations), memory=memory, usable_bytes=usable, memory_margin=memory_margin)

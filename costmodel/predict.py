@@ -80,7 +80,7 @@ def predict_run(run: RunSpec, profile_dir: str | Path | None = None,
 
 def _predict_run(run: RunSpec, timer: OperatorTimer) -> dict[str, Any]:
     verdict = check(run)
-    out: dict[str, Any] = {"fits": verdict.fits}
+    out: dict[str, Any] = {"fits": verdict.fits, "oom_probability": verdict.oom_probability}
     profile_warnings = _profile_warnings(timer, run.cluster.gpu)
     if run.strategy.world_size != run.cluster.num_gpus:
         # No rank layout exists, so no communication or schedule can be timed: report memory only.
@@ -117,6 +117,8 @@ def _memory_fields(verdict: Verdict, timer: OperatorTimer) -> dict[str, Any]:
     return {
         "peak_memory_gib": verdict.peak_memory_gib,
         "usable_memory_gib": verdict.usable_bytes / GiB,
+        "headroom_gib": verdict.headroom_gib,
+        "oom_probability": verdict.oom_probability,
         "peak_memory_stage": verdict.memory.stage,
         "memory": verdict.memory.as_gib(),
         "profile": timer.profile_name,
