@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from costmodel.specs.errors import SpecError
+from parplan._argtypes import positive_int, positive_number, seed
+from parplan._json import dumps
 
 __all__ = ["register"]
 
@@ -33,7 +34,7 @@ def register(subparsers: Any) -> None:
                                      "it measured; run it again to resume.")
     run.add_argument("--device", choices=("cuda", "cpu"), required=True)
     run.add_argument("--ops", default=_DEFAULT_OPS, help=f"comma-separated op groups (default: {_DEFAULT_OPS})")
-    run.add_argument("--budget-seconds", type=float, default=300.0, help="wall-clock budget (default: 300)")
+    run.add_argument("--budget-seconds", type=positive_number, default=300.0, help="wall-clock budget (default: 300)")
     run.add_argument("--out", required=True, metavar="DIR", help="profile directory (resumed if it exists)")
     run.add_argument("--for-run", action="append", default=[], metavar="RUN.yaml",
                      help="measure the operator shapes of this run spec first (repeatable)")
@@ -41,12 +42,12 @@ def register(subparsers: Any) -> None:
                      help="measure first the shapes a search would query: model=, gpu=, num_gpus=, "
                           "global_batch_size= (required), seq_length=, gpus_per_node=, max_runs=")
     run.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16", help="GEMM dtype of the design")
-    run.add_argument("--threads", type=int, default=None,
+    run.add_argument("--threads", type=positive_int, default=None,
                      help="CPU threads for torch (default 1: the steadiest timings)")
-    run.add_argument("--num-procs", type=int, default=None,
+    run.add_argument("--num-procs", type=positive_int, default=None,
                      help="local ranks for --ops comm (default: 2 on CPU, every GPU on CUDA)")
     run.add_argument("--gpu", default=None, metavar="NAME", help="device name to record (e.g. the catalog GPU)")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=seed, default=0)
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
     run.set_defaults(func=cmd_run)
 
@@ -127,8 +128,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         sys.stderr.write(f"parplan: warning: {note}\n")
     if args.json:
         cached = None if report.cached is None else str(report.cached)
-        print(json.dumps({"profile": report.fitted.profile.name, "families": rows, "warnings": notes,
-                          "stored": str(report.stored), "cached": cached}, indent=2))
+        print(dumps({"profile": report.fitted.profile.name, "families": rows, "warnings": notes,
+                     "stored": str(report.stored), "cached": cached}))
         return EXIT_OK
     print(f"profile {report.fitted.profile.name}")
     print(f"{'family':<28} {'train':>6} {'held-out':>8} {'MAPE':>7} {'p90':>7} {'roofline MAPE':>14}  used")

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from parplan._argtypes import jobs, positive_int, positive_number
+
 EXIT_OK, EXIT_USAGE, EXIT_UNFINISHED, EXIT_INTERRUPTED = 0, 2, 1, 130
 """130 = 128 + SIGINT, what shells report for a command ended by Ctrl-C."""
 
@@ -53,9 +55,9 @@ def register(subparsers: Any) -> None:
     run.add_argument("--storage", metavar="URL", default=None,
                      help="database URL shared with workers, e.g. postgresql://user:pw@host/db "
                           "(default: sqlite file DIR/study.db)")
-    run.add_argument("--n-jobs", type=int, default=1, metavar="N", help="problems searched in parallel "
+    run.add_argument("--n-jobs", type=jobs, default=1, metavar="N", help="problems searched in parallel "
                                                                         "(-1: one per CPU; default 1)")
-    run.add_argument("--claim-ttl", type=float, default=None, metavar="S", help=argparse.SUPPRESS)
+    run.add_argument("--claim-ttl", type=positive_number, default=None, metavar="S", help=argparse.SUPPRESS)
     run.set_defaults(func=cmd_run)
 
     worker = sub.add_parser("worker", help="claim and search problems of a study from a shared database",
@@ -67,11 +69,11 @@ def register(subparsers: Any) -> None:
                         help="the shared database, e.g. postgresql://user:pw@host:5432/db")
     worker.add_argument("--out", metavar="DIR", default=None,
                         help="also write the study's results into this folder when done")
-    worker.add_argument("--claim-ttl", type=float, default=None, metavar="S",
+    worker.add_argument("--claim-ttl", type=positive_number, default=None, metavar="S",
                         help="seconds a claim lives without a heartbeat (default 120)")
-    worker.add_argument("--poll", type=float, default=None, metavar="S",
+    worker.add_argument("--poll", type=positive_number, default=None, metavar="S",
                         help="seconds between looks when other workers hold every problem left (default 5)")
-    worker.add_argument("--max-problems", type=int, default=None, metavar="N",
+    worker.add_argument("--max-problems", type=positive_int, default=None, metavar="N",
                         help="stop after searching N problems")
     worker.set_defaults(func=cmd_worker)
 
@@ -103,7 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise SpecError("n-jobs", args.n_jobs, "a positive integer or -1")
     out = _out_dir(args, spec)
     summary = run_study(spec, out, storage=args.storage, n_jobs=args.n_jobs,
-                        ttl_s=args.claim_ttl or DEFAULT_TTL_S)
+                        ttl_s=DEFAULT_TTL_S if args.claim_ttl is None else args.claim_ttl)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(summary.counts.items()))
     print(f"{len(summary.results)} problems ({counts}); {summary.done_before} already done, {summary.searched} "
           f"searched in {summary.elapsed_s:.1f} s; results in {summary.out_dir}")
@@ -119,7 +121,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     spec = load_study(args.study_file)
     searched = run_worker(spec, args.storage, out_dir=None if args.out is None else Path(args.out),
-                          ttl_s=args.claim_ttl or DEFAULT_TTL_S, poll_s=args.poll or DEFAULT_POLL_S,
+                          ttl_s=DEFAULT_TTL_S if args.claim_ttl is None else args.claim_ttl,
+                          poll_s=DEFAULT_POLL_S if args.poll is None else args.poll,
                           max_problems=args.max_problems)
     from studies.problems import expand
 
