@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from constraints.memory import model_state_bytes, stage_layer_counts, state_bytes_per_param
+from costmodel import moe
 from costmodel.decompose import optimizer_op, stage_ops
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
@@ -55,7 +56,7 @@ def stage_ops_key(run: RunSpec, stage: int) -> tuple[Any, ...]:
     s = run.strategy
     return (run.model, run.seq_length, s.tp, s.cp, s.ep, s.micro_batch_size, s.sequence_parallel,
             s.recompute, s.precision, s.flash_attention, stage_layer_counts(run.model, s, stage),
-            stage == 0, stage == s.pp - 1)
+            stage == 0, stage == s.pp - 1, moe.ops_key(run))
 
 
 def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer) -> StageCompute:
