@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from constraints.memory import model_state_bytes, stage_layer_counts, state_bytes_per_param
-from costmodel import moe
+from constraints.memory import model_state_bytes, state_bytes_per_param
 from costmodel.decompose import optimizer_op, stage_ops
+from costmodel.specs.layout import layout_of, stage_layer_counts
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
 
@@ -48,15 +48,15 @@ def stage_ops_key(run: RunSpec, stage: int) -> tuple[Any, ...]:
     """Everything ``stage_ops(run, stage)`` depends on: equal keys give equal operator lists.
 
     The model, the sequence length, the strategy fields ``costmodel.decompose``
-    reads, the stage's (dense, MoE) layer counts, and whether it is the first or
-    the last stage (a middle stage's index does not matter). dp, the global
+    reads, the stage's (dense, MoE) layer counts, and the embedding, MTP layers
+    and loss it holds (``PipelineLayout.rank_key``; a stage's index does not matter). dp, the global
     batch, ZeRO and the overlap switches shape no operator; pp and vpp only
     through the layer counts.
     """
     s = run.strategy
     return (run.model, run.seq_length, s.tp, s.cp, s.ep, s.micro_batch_size, s.sequence_parallel,
             s.recompute, s.precision, s.flash_attention, stage_layer_counts(run.model, s, stage),
-            stage == 0, stage == s.pp - 1, moe.ops_key(run))
+            layout_of(run.model, s).rank_key(stage)[1:])
 
 
 def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer) -> StageCompute:
@@ -81,7 +81,9 @@ def distinct_stages(pp: int) -> list[int]:
 
 
 def pipeline_compute(run: RunSpec, timer: OperatorTimer) -> dict[int, StageCompute]:
-    """Compute time of every pipeline stage (middle stages share one result)."""
-    computed = {st: stage_compute(run, st, timer) for st in distinct_stages(run.strategy.pp)}
-    middle = computed[min(1, run.strategy.pp - 1)]
-    return {st: computed.get(st, middle) for st in range(run.strategy.pp)}
+    """Compute time of every pipeline stage; stages holding the same layers (``PipelineLayout.rank_key``)
+    share one result, that of the first of them (an even split's middle stages share stage 1's)."""
+    layout = layout_of(run.model, run.strategy)
+    first = {layout.rank_key(st): st for st in reversed(range(run.strategy.pp))}
+    computed = {st: stage_compute(run, st, timer) for st in sorted(first.values())}
+    return {st: computed[first[layout.rank_key(st)]] for st in range(run.strategy.pp)}

@@ -17,7 +17,7 @@ from costmodel.specs.errors import SpecError
 from costmodel.specs.gpu import GiB, GPUSpec
 from costmodel.specs.notices import ParplanWarning
 from costmodel.specs.runspec import RunSpec
-from costmodel.specs.strategy import pipeline_layers
+from costmodel.specs.layout import layout_of
 from costmodel.step import predict_step, throughput
 from costmodel.timing import OperatorTimer
 
@@ -95,7 +95,7 @@ def _predict_run(run: RunSpec, timer: OperatorTimer) -> dict[str, Any]:
     out.update({
         "breakdown": step.breakdown,
         "schedule": step.schedule,
-        "pipeline_layers": list(pipeline_layers(run.model.num_layers, run.strategy.pp, run.strategy.vpp) or ()),
+        "pipeline_layers": _pipeline_layers(run),
         "stages": [{**c.to_dict(run.strategy.num_microbatches), "stage": st,
                     "layers": round(layers_per_stage(run.model, run.strategy, st))}
                    for st, c in enumerate(step.stage_computes)],
@@ -105,6 +105,12 @@ def _predict_run(run: RunSpec, timer: OperatorTimer) -> dict[str, Any]:
     if interval is not None:
         out["step_time_s_interval"] = interval
     return out
+
+
+def _pipeline_layers(run: RunSpec) -> list[int]:
+    """Decoder layers of each pipeline rank; empty where the layout is one Megatron-Core refuses."""
+    layout = layout_of(run.model, run.strategy)
+    return [] if layout.problems else list(layout.stage_layers)
 
 
 def _warnings(notes: tuple[str, ...], timer: OperatorTimer) -> list[str]:
