@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from constraints import check
 from costmodel.flops import model_flops_per_step
 from costmodel.predict import predict_run
 from costmodel.specs.errors import SpecError
@@ -56,6 +58,55 @@ def _with_row_framework(entry: dict[str, Any]) -> Any:
     return {**run, "framework": name}
 
 
+# Unstated knobs a completion may set, each with the values tried (the run spec's value first).
+COMPLETABLE = {"recompute": ("none", "selective", "full"), "sequence_parallel": (True, False),
+               "zero_stage": (1, 0), "micro_batch_size": (1, 2, 4, 8)}  # no ZeRO-3: a different launcher
+
+
+def _completions(run: RunSpec, unstated: Sequence[str]) -> list[tuple[tuple[int, int], dict[str, Any]]]:
+    """Every setting of the completable ``unstated`` knobs, with its distance from the defaults.
+
+    The distance is (knobs changed, positions moved along each knob's list): fewer changes
+    first, and among one change the value listed first (less recomputation, less sharding).
+    """
+    knobs = [k for k in COMPLETABLE if k in unstated]
+    options: list[tuple[tuple[int, int], dict[str, Any]]] = [((0, 0), {})]
+    for knob in knobs:
+        current = getattr(run.strategy, knob)
+        values = [current, *[v for v in COMPLETABLE[knob] if v != current]]
+        options = [((d[0] + (i > 0), d[1] + i), {**c, **({knob: v} if i else {})})
+                   for d, c in options for i, v in enumerate(values)]
+    return sorted(options, key=lambda o: o[0])
+
+
+def nearest_fitting_completion(run: RunSpec, unstated: Sequence[str]) -> tuple[RunSpec, dict[str, Any]] | None:
+    """The completion of ``run``'s unstated knobs nearest to the defaults that fits, or None.
+
+    A published run ran, so a completion that does not fit is not what was launched; the
+    search covers only the knobs the source leaves out (``COMPLETABLE``).
+    """
+    for _, changes in _completions(run, unstated):
+        if not changes:
+            continue
+        try:
+            candidate = run.with_strategy(replace(run.strategy, **changes))
+        except SpecError:
+            continue
+        if check(candidate).fits:
+            return candidate, changes
+    return None
+
+
+def _memory_fields(entry: dict[str, Any], pred: dict[str, Any]) -> dict[str, Any]:
+    """The row's predicted memory, OOM probability and, where the source gives one, the memory error."""
+    out: dict[str, Any] = {"peak_memory_gib": pred.get("peak_memory_gib"), "oom_probability": pred.get("oom_probability")}
+    measured = entry["measured"].get("memory_gib")
+    if isinstance(measured, (int, float)) and measured > 0 and out["peak_memory_gib"] is not None:
+        out["measured_memory_gib"] = float(measured)
+        out["memory_error"] = (out["peak_memory_gib"] - measured) / measured
+    return out
+
+
 def constant_mfu_step(run: RunSpec, mfu: float) -> float:
     """Baseline: model FLOPs / (GPUs x dense peak x one constant MFU)."""
     flops = model_flops_per_step(run.model, run.seq_length, run.strategy.global_batch_size)
@@ -92,6 +143,15 @@ def validate(entries: Sequence[dict[str, Any]], base_dir: Path | None = None,
             rows.append(row)
             continue
         row["framework"] = run.framework.name
+        if not pred["fits"] and entry.get("unstated"):
+            found = nearest_fitting_completion(run, entry["unstated"])
+            if found is not None:
+                run, changes = found
+                pred = predict_run(run, profile_dir)
+                row["completed"] = changes
+                row["note"] = ("fits with unstated " + ", ".join(f"{k}={v}" for k, v in changes.items())
+                               + " (the fitting completion nearest to the defaults)")
+        row.update(_memory_fields(entry, pred))
         predicted = pred.get("step_time_s")
         if predicted is None or not math.isfinite(predicted):  # e.g. degrees that do not lay out the cluster
             why = [w for w in pred.get("warnings", []) if "not predicted" in w] or ["no finite step time predicted"]
@@ -109,6 +169,13 @@ def validate(entries: Sequence[dict[str, Any]], base_dir: Path | None = None,
         measured.append(meas)
     errors = [abs(r["error"]) for r in rows if r["error"] is not None]
     out: dict[str, Any] = {"runs": rows, "n": len(errors), "mape": float(np.mean(errors)) if errors else None}
+    # Every row is a run that ran: one predicted not to fit is a false OOM.
+    out["false_oom"] = sum(1 for r in rows if r.get("fits") is False)
+    out["false_oom_runs"] = [r["id"] for r in rows if r.get("fits") is False]
+    memory_errors = [abs(r["memory_error"]) for r in rows if "memory_error" in r]
+    if memory_errors:
+        out["memory_mape"] = float(np.mean(memory_errors))
+        out["memory_n"] = len(memory_errors)
     if specs:
         mfu, base_mape = best_constant_mfu(specs, measured)
         out["baseline"] = {"kind": "one constant MFU fitted on this set", "mfu": mfu, "mape": base_mape}
