@@ -135,8 +135,45 @@ def expert_parallel_fits(run: RunSpec) -> str | None:
         return f"ep={s.ep} needs a mixture-of-experts model; {model.name} is dense"
     if model.num_experts % s.ep:
         return f"ep={s.ep} must divide num_experts={model.num_experts}"
-    if (s.dp * s.cp) % s.ep:
+    etp = s.expert_tensor_parallel_size
+    if etp == s.tp and (s.dp * s.cp) % s.ep:
         return f"ep={s.ep} must divide dp*cp = {s.dp}*{s.cp} = {s.dp * s.cp}"
+    if (s.tp * s.dp * s.cp) % (etp * s.ep):
+        return (f"etp*ep = {etp}*{s.ep} must divide tp*dp*cp = {s.tp}*{s.dp}*{s.cp} = {s.tp * s.dp * s.cp} "
+                f"(Megatron-Core MoE parallel folding)")
+    return None
+
+
+def expert_tensor_parallel_fits(run: RunSpec) -> str | None:
+    """Expert TP splits the expert FFN evenly; it is an MoE knob (Megatron-Core parallel folding)."""
+    s, model = run.strategy, run.model
+    if s.etp is None:
+        return None
+    if not model.is_moe:
+        return f"etp={s.etp} needs a mixture-of-experts model; {model.name} is dense"
+    if model.moe_ffn_hidden_size % s.etp:  # type: ignore[operator]
+        return f"etp={s.etp} must divide moe_ffn_hidden_size={model.moe_ffn_hidden_size}"
+    return None
+
+
+def moe_overlap_supported(run: RunSpec) -> str | None:
+    """Megatron-Core's conditions on the MoE overlaps (transformer_config.py __post_init__)."""
+    s = run.strategy
+    name = s.moe_token_dispatcher or run.framework.moe_token_dispatcher
+    if s.moe_shared_expert_overlap and name == "allgather":
+        return "moe_shared_expert_overlap needs the alltoall or flex token dispatcher, got allgather"
+    if not s.moe_a2a_overlap:
+        return None
+    if s.ep == 1:
+        return "moe_a2a_overlap (--overlap-moe-expert-parallel-comm) needs ep > 1"
+    if name == "allgather":
+        return "moe_a2a_overlap needs the alltoall or flex token dispatcher, got allgather"
+    if s.recompute == "full":
+        return "moe_a2a_overlap cannot be combined with recompute=full"
+    if s.pp > 1 and s.vpp == 1:
+        return f"moe_a2a_overlap with pp={s.pp} needs interleaving (vpp > 1)"
+    if s.moe_shared_expert_overlap:
+        return "moe_a2a_overlap and moe_shared_expert_overlap cannot both be on"
     return None
 
 
@@ -192,6 +229,8 @@ RULES: tuple[Rule, ...] = (
     cp_divides_sequence,
     ulysses_divides_heads,
     expert_parallel_fits,
+    expert_tensor_parallel_fits,
+    moe_overlap_supported,
     precision_supported,
     framework_runs_zero_stage,
     framework_runs_precision,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from constraints.memory import model_state_bytes, state_bytes_per_param
+from costmodel import moe
 from costmodel.decompose import optimizer_op, stage_ops
 from costmodel.specs.layout import layout_of, stage_layer_counts
 from costmodel.specs.runspec import RunSpec
@@ -56,7 +57,7 @@ def stage_ops_key(run: RunSpec, stage: int) -> tuple[Any, ...]:
     s = run.strategy
     return (run.model, run.seq_length, s.tp, s.cp, s.ep, s.micro_batch_size, s.sequence_parallel,
             s.recompute, s.precision, s.flash_attention, stage_layer_counts(run.model, s, stage),
-            layout_of(run.model, s).rank_key(stage)[1:])
+            layout_of(run.model, s).rank_key(stage)[1:], moe.ops_key(run))
 
 
 def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer) -> StageCompute:

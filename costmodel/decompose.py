@@ -21,9 +21,11 @@ MTP layers run on the last stage after the LM head's input.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from costmodel.specs.layout import EMBEDDING, LOSS, MTP, layout_of, stage_layer_counts
+from costmodel.moe import expert_rows, local_tokens
 from costmodel.ops import Op, gemm, memory_op
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.runspec import RunSpec
@@ -180,17 +182,36 @@ def _mlp(name: str, x: LayerShape, model: ModelSpec, ffn: int, tokens: int | Non
 
 
 def _moe(x: LayerShape, model: ModelSpec, strategy: Strategy) -> list[Op]:
+    """Router, permutations, the local experts as a grouped GEMM and the shared experts (``costmodel.moe``).
+
+    The router runs on the rank's sequence-parallel tokens, in bf16 also in FP8 recipes (a plain
+    linear, Megatron-Core ``TopKRouter.gating``), with its score/top-k, aux-loss and z-loss
+    element-wise ops over [tokens, experts] in fp32. The grouped GEMM is timed as one GEMM of each
+    expert's rows (``count`` = local experts); the busiest rank's rows set the pace
+    (``moe.expert_rows``: load imbalance, or capacity padding). Permutations are row copies.
+    """
     experts_here = model.num_experts // strategy.ep
-    routed = x.tokens * model.moe_router_topk  # tokens this GPU's experts process, balanced routing
-    ops = _linear("moe.router", x, n=model.num_experts, k=x.hidden)
-    ops += _elementwise("moe.permute", routed * x.hidden, 1, 1, 1, 1)
-    per_expert = max(1, routed // experts_here)
-    ops += _mlp("moe.experts", x, model, model.moe_ffn_hidden_size, tokens=per_expert,  # type: ignore[arg-type]
+    local = int(local_tokens(strategy, x.seq))
+    rows = expert_rows(model, strategy, x.seq)
+    scores = local * model.num_experts
+    ops = _linear("moe.router", replace(x, tokens=local, dtype="bf16" if x.dtype == "fp8" else x.dtype),
+                  n=model.num_experts, k=x.hidden)
+    for name in ("moe.router_scores", "moe.router_aux_loss", "moe.router_z_loss"):
+        ops += _elementwise(name, scores, 1, 1, 2, 1, bytes_per=4)
+    ops += _elementwise("moe.permute", local * model.moe_router_topk * x.hidden, 1, 1, 1, 1)
+    per_expert = max(1, math.ceil(rows / experts_here))
+    etp = replace(x, tp=strategy.expert_tensor_parallel_size)
+    ops += _mlp("moe.experts", etp, model, model.moe_ffn_hidden_size, tokens=per_expert,  # type: ignore[arg-type]
                 count=float(experts_here))
-    ops += _elementwise("moe.unpermute", routed * x.hidden, 1, 1, 1, 1)
+    ops += _elementwise("moe.unpermute", local * model.moe_router_topk * x.hidden, 1, 1, 1, 1)
     if model.num_shared_experts:
-        ops += _mlp("moe.shared", x, model, model.moe_ffn_hidden_size * model.num_shared_experts)  # type: ignore[operator]
+        ops += shared_expert_ops(x, model)
     return ops
+
+
+def shared_expert_ops(x: LayerShape, model: ModelSpec) -> list[Op]:
+    """The shared experts: a dense tensor-parallel MLP over every token of the layer."""
+    return _mlp("moe.shared", x, model, model.moe_ffn_hidden_size * model.num_shared_experts)  # type: ignore[operator]
 
 
 def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool = False) -> list[Op]:

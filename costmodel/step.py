@@ -22,9 +22,11 @@ from typing import Any
 import numpy as np
 
 from constraints.memory import params_on_gpu
+from costmodel import moe
 from costmodel.calibration import framework_overhead
 from costmodel.comm import collective_seconds, group_placement
 from costmodel.compute import StageCompute, pipeline_compute
+from costmodel.decompose import layer_shape, shared_expert_ops
 from costmodel.cp_comm import cp_layer_exposed_s
 from costmodel.flops import model_flops_per_step
 from costmodel.schedule import SCHEDULES, PipelineTime, schedule_name
@@ -126,15 +128,23 @@ def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers:
     if s.cp > 1:
         g = group_placement("cp", s, cluster)
         cp = layers * cp_layer_exposed_s(run, timer, _on_group(timer, g, gpu))
-    if s.ep > 1 and moe_layers:
-        g = group_placement("ep", s, cluster)
-        dispatched = tokens * model.moe_router_topk * model.hidden_size * BF16
-        ep = moe_layers * 4 * _collective(timer, "all_to_all", dispatched, g, gpu) * (1 + recompute_fwd / 2)
+    if moe_layers:
+        ep = _ep_exposed(run, timer, stage, layers, moe_layers)
     if s.dp * s.cp > 1 and s.zero_stage == 3:
         z3 = _zero3_exposed(run, timer, stage, int(layers), int(moe_layers))
     elif s.dp * s.cp > 1 and s.zero_stage == 2:
         z3 = _zero2_exposed(run, timer, stage)
     return tp, cp, ep, z3
+
+
+def _ep_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: float, moe_layers: float) -> float:
+    """Exposed MoE dispatch/combine seconds per micro-batch (``costmodel.moe``)."""
+    shared = timer.time_ops(shared_expert_ops(layer_shape(run.model, run.strategy, run.seq_length), run.model)) \
+        if run.model.num_shared_experts else None
+    return moe.ep_exposed_seconds(
+        run, lambda op, nbytes, g: _collective(timer, op, nbytes, g, run.cluster.gpu), moe_layers,
+        (stage.forward_s + stage.backward_s) / max(layers, 1e-9),
+        shared.total(("fwd",)) if shared else 0.0, shared.total(("bwd",)) if shared else 0.0)
 
 
 def _shard_groups(run: RunSpec, stage: StageCompute) -> list[tuple[float, Any]]:
@@ -143,7 +153,7 @@ def _shard_groups(run: RunSpec, stage: StageCompute) -> list[tuple[float, Any]]:
     dense, expert = params_on_gpu(run, stage.stage)
     groups = []
     for params, kind in ((dense, "dp_cp"), (expert, "edp")):
-        g = group_placement(kind, s, run.cluster)
+        g = moe.expert_group(kind, run) if kind == "edp" else group_placement(kind, s, run.cluster)
         if params > 0 and g.size > 1:
             groups.append((params, g))
     return groups
@@ -261,7 +271,7 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
         "optimizer_s": optimizer,
         "other_s": m * k.overhead_s,
     }
-    notes = tuple(sorted({n for t in stages for n in t.compute.notes}))
+    notes = tuple(sorted({n for t in stages for n in t.compute.notes} | set(moe.moe_notes(run))))
     return StepPrediction(step_time_s=sum(breakdown.values()), breakdown=breakdown, schedule=name, notes=notes,
                           stage_computes=tuple(t.compute for t in stages))
 

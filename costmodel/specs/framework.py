@@ -23,7 +23,7 @@ DEFAULT_FRAMEWORK = "megatron-core"
 FRAMEWORK_NAMES = ("megatron-core", "nemo", "megatron-bridge", "torchtitan", "deepspeed", "maxtext")
 DTYPES = ("fp32", "bf16")
 FSDP_IMPLEMENTATIONS = ("none", "megatron-fsdp", "fsdp2", "deepspeed-zero3", "gspmd")
-DISPATCHERS = ("alltoall", "allgather", "flex")
+DISPATCHERS = ("alltoall", "allgather", "flex", "hybridep")  # hybridep: flex with the HybridEP backend
 # Megatron-Core ``--fp8-recipe`` names (TransformerConfig.fp8_recipe); "tensorwise" is per-tensor
 # current scaling. "rowwise" is torchao's float8 recipe (torchtitan), "aqt" MaxText's.
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise", "rowwise", "aqt")
@@ -71,6 +71,12 @@ class Framework:
     each costs one unsharded layer of gather buffer."""
     moe_token_dispatcher: str = "allgather"
     """Default MoE token dispatcher (Megatron-Core ``moe_token_dispatcher_type``)."""
+    moe_shared_expert_overlap: bool = False
+    """Default of overlapping the shared experts with the dispatch/combine communication (alltoall
+    and flex dispatchers only): hides the all-to-all under the shared-expert GEMMs."""
+    moe_a2a_overlap: bool = False
+    """Default of overlapping the expert-parallel all-to-all of one micro-batch with the compute of
+    another in the 1F1B steady state (Megatron-Core ``overlap_moe_expert_parallel_comm``)."""
     selective_recompute: str = "megatron"
     """What ``recompute: selective`` saves for backward: ``megatron`` (Korthikanti et al. 2022: all but
     the attention scores), ``op`` (torchtitan's op-level policy: only the saved-op outputs) or
@@ -107,7 +113,8 @@ class Framework:
         require_choice(f"{where}.selective_recompute", self.selective_recompute, SELECTIVE_RECOMPUTE)
         require_int(f"{where}.cpu_offloading_num_layers", self.cpu_offloading_num_layers, minimum=0)
         for name in ("tp_comm_overlap", "main_grad_follows_reduce_dtype", "separate_master_weights",
-                     "distributed_optimizer", "fp8_weight_cache", "fp8_param_gather", "supports_fp16", "supports_tp_comm_overlap"):
+                     "distributed_optimizer", "fp8_weight_cache", "fp8_param_gather", "supports_fp16", "supports_tp_comm_overlap",
+                     "moe_shared_expert_overlap", "moe_a2a_overlap"):
             require_bool(f"{where}.{name}", getattr(self, name))
         for name in ("zero_stages", "zero_stages_with_pp"):
             stages = getattr(self, name)

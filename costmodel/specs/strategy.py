@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from costmodel.specs.errors import SpecError, require_bool, require_choice, require_int
+from costmodel.specs.errors import SpecError, require_bool, require_choice, require_int, require_number
 from costmodel.specs.layout import parse_layout
 
 RECOMPUTE = ("none", "selective", "full")
@@ -14,6 +14,8 @@ ZERO_STAGES = (0, 1, 2, 3)
 # Transformer Engine cp_comm_type values (context_parallel.py attn_forward_func_with_cp): K/V ring,
 # K/V all-gather (Llama 3), head all-to-all (Ulysses).
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
+# Megatron-Core --moe-token-dispatcher-type, with "hybridep" for flex + --moe-flex-dispatcher-backend hybridep.
+MOE_DISPATCHERS = ("allgather", "alltoall", "flex", "hybridep")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +36,16 @@ class Strategy:
     parameter all-gather during the next forward), ``allow_tp_across_nodes`` and
     ``cp_comm_type`` (how context parallelism exchanges K/V: the ``p2p`` ring, the default
     of Megatron-Core ``--cp-comm-type``; ``all_gather``, Llama 3; ``a2a``, Ulysses).
+
+    MoE knobs (None: the framework's default, ``costmodel.moe``): ``etp``, the
+    expert-tensor-parallel size (Megatron-Core parallel folding: the expert
+    layers lay ``etp * ep * edp`` over the same ``tp * cp * dp`` ranks; None =
+    ``tp``, as Megatron-LM defaults ``--expert-tensor-parallel-size``);
+    ``moe_token_dispatcher``; ``moe_capacity_factor`` (None: drop-less; a
+    factor pads every expert's input to its capacity); ``moe_load_imbalance``
+    (``"balanced"`` or the measured max/mean expert load, >= 1);
+    ``moe_shared_expert_overlap`` and ``moe_a2a_overlap``
+    (``--overlap-moe-expert-parallel-comm``).
 
     Pipeline layout knobs (Megatron-Core's, read through ``costmodel.specs.layout.layout_of``;
     at most one kind may be set, as TransformerConfig requires): ``pipeline_layout``, a
@@ -60,12 +72,18 @@ class Strategy:
     tp_comm_overlap: bool = False
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
+    cp_comm_type: str = "p2p"
+    etp: int | None = None
+    moe_token_dispatcher: str | None = None
+    moe_capacity_factor: float | None = None
+    moe_load_imbalance: str | float | None = None
+    moe_shared_expert_overlap: bool | None = None
+    moe_a2a_overlap: bool | None = None
     pipeline_layout: str | None = None
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
     account_for_embedding: bool = False
     account_for_loss: bool = False
-    cp_comm_type: str = "p2p"
 
     def __post_init__(self) -> None:
         if self.sequence_parallel is None:  # Megatron-Core / NeMo recipes turn it on whenever tp > 1
@@ -80,6 +98,7 @@ class Strategy:
         for name in ("sequence_parallel", "flash_attention", "allow_tp_across_nodes", "tp_comm_overlap",
                      "overlap_grad_reduce", "overlap_param_gather", "account_for_embedding", "account_for_loss"):
             require_bool(f"strategy.{name}", getattr(self, name))
+        self._check_moe_knobs()
         self._check_pipeline_layout()
 
     def _check_pipeline_layout(self) -> None:
@@ -115,6 +134,22 @@ class Strategy:
                             f"pp={self.pp}) or left out")
         object.__setattr__(self, "vpp", stages // self.pp)  # Megatron-Core derives vpp from the layout
 
+    def _check_moe_knobs(self) -> None:
+        if self.etp is not None:
+            require_int("strategy.etp", self.etp)
+        if self.moe_token_dispatcher is not None:
+            require_choice("strategy.moe_token_dispatcher", self.moe_token_dispatcher, MOE_DISPATCHERS)
+        if self.moe_capacity_factor is not None:
+            require_number("strategy.moe_capacity_factor", self.moe_capacity_factor)
+        imbalance = self.moe_load_imbalance
+        if imbalance is not None and imbalance != "balanced":
+            if isinstance(imbalance, str):
+                raise SpecError("strategy.moe_load_imbalance", imbalance, "balanced, or a number >= 1")
+            require_number("strategy.moe_load_imbalance", imbalance, minimum=1.0, strict=False)
+        for name in ("moe_shared_expert_overlap", "moe_a2a_overlap"):
+            if getattr(self, name) is not None:
+                require_bool(f"strategy.{name}", getattr(self, name))
+
     @property
     def model_parallel_size(self) -> int:
         """GPUs one model replica spans (tp * pp * cp)."""
@@ -130,9 +165,14 @@ class Strategy:
         return max(1, self.global_batch_size // (self.micro_batch_size * self.dp))
 
     @property
+    def expert_tensor_parallel_size(self) -> int:
+        """``etp``, or ``tp`` when unset (Megatron-LM arguments.py: expert_tensor_parallel_size = tp)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
     def expert_data_parallel_size(self) -> int:
-        """Ranks that hold the same expert shard (dp * cp / ep, at least 1)."""
-        return max(1, (self.dp * self.cp) // self.ep)
+        """Ranks that hold the same expert shard: tp * dp * cp / (etp * ep), at least 1 (dp * cp / ep at etp = tp)."""
+        return max(1, (self.tp * self.dp * self.cp) // (self.expert_tensor_parallel_size * self.ep))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -28,7 +28,24 @@ def framework_args(strategy: Strategy, model: ModelSpec, framework: Framework) -
         if framework.fp8_param_gather:
             args.append(["--fp8-param-gather"])
     if model.is_moe:
-        args.append(["--moe-token-dispatcher-type", framework.moe_token_dispatcher])
+        args += moe_args(strategy, framework)
+    return args
+
+
+def moe_args(strategy: Strategy, framework: Framework) -> list[list[str]]:
+    """Dispatcher (hybridep is flex with the HybridEP backend), expert TP, capacity and MoE overlaps."""
+    s = strategy
+    name = s.moe_token_dispatcher or framework.moe_token_dispatcher
+    args = [["--moe-token-dispatcher-type", "flex" if name == "hybridep" else name],
+            ["--expert-tensor-parallel-size", str(s.expert_tensor_parallel_size)]]
+    if name in ("flex", "hybridep"):
+        args.append(["--moe-flex-dispatcher-backend", "hybridep" if name == "hybridep" else "deepep"])
+    if s.moe_capacity_factor is not None:  # the padded capacity the expert compute was timed at
+        args += [["--moe-expert-capacity-factor", f"{s.moe_capacity_factor:g}"], ["--moe-pad-expert-input-to-capacity"]]
+    if s.moe_shared_expert_overlap if s.moe_shared_expert_overlap is not None else framework.moe_shared_expert_overlap:
+        args.append(["--moe-shared-expert-overlap"])
+    if s.moe_a2a_overlap if s.moe_a2a_overlap is not None else framework.moe_a2a_overlap:
+        args.append(["--overlap-moe-expert-parallel-comm"])
     return args
 
 
@@ -121,7 +138,8 @@ class MegatronExporter(Exporter):
     def carried(self, strategy: Strategy) -> frozenset[str]:
         return frozenset({"tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size",
                           "sequence_parallel", "recompute", "zero_stage", "precision", "flash_attention",
-                          "tp_comm_overlap", "overlap_grad_reduce", "cp_comm_type"}
+                          "tp_comm_overlap", "overlap_grad_reduce", "cp_comm_type", "etp", "moe_token_dispatcher",
+                          "moe_capacity_factor", "moe_shared_expert_overlap", "moe_a2a_overlap"}
                          | ({"overlap_param_gather"} if strategy.zero_stage >= 1 else set()))
 
     def render(self, strategy: Strategy, problem: SearchProblem) -> str:

@@ -27,7 +27,9 @@ class NeMoExporter(Exporter):
     def carried(self, strategy: Strategy) -> frozenset[str]:
         return frozenset({"tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size",
                           "sequence_parallel", "recompute", "zero_stage", "precision", "tp_comm_overlap",
-                          "overlap_grad_reduce", "overlap_param_gather", "cp_comm_type"})
+                          "overlap_grad_reduce", "overlap_param_gather", "cp_comm_type", "etp",
+                          "moe_token_dispatcher", "moe_capacity_factor", "moe_shared_expert_overlap",
+                          "moe_a2a_overlap"})
 
     def render(self, strategy: Strategy, problem: SearchProblem) -> str:
         s, fw = strategy, problem.framework
@@ -43,7 +45,18 @@ class NeMoExporter(Exporter):
             "recompute_granularity": None if s.recompute == "none" else s.recompute,
         }
         if problem.model.is_moe:
-            model["moe_token_dispatcher_type"] = fw.moe_token_dispatcher
+            dispatcher = s.moe_token_dispatcher or fw.moe_token_dispatcher
+            model["moe_token_dispatcher_type"] = "flex" if dispatcher == "hybridep" else dispatcher
+            if dispatcher in ("flex", "hybridep"):
+                model["moe_flex_dispatcher_backend"] = "hybridep" if dispatcher == "hybridep" else "deepep"
+            model["expert_tensor_parallel_size"] = s.expert_tensor_parallel_size
+            if s.moe_capacity_factor is not None:
+                model.update({"moe_expert_capacity_factor": s.moe_capacity_factor,
+                              "moe_pad_expert_input_to_capacity": True})
+            model["moe_shared_expert_overlap"] = bool(fw.moe_shared_expert_overlap if s.moe_shared_expert_overlap
+                                                      is None else s.moe_shared_expert_overlap)
+            model["overlap_moe_expert_parallel_comm"] = bool(fw.moe_a2a_overlap if s.moe_a2a_overlap is None
+                                                             else s.moe_a2a_overlap)
         if s.recompute == "full":
             model.update({"recompute_method": "uniform", "recompute_num_layers": 1})
         ends = uneven_ends(problem.model.num_layers, s.pp, s.vpp)

@@ -37,12 +37,12 @@ def _run(name: str, tp: int, pp: int, cp: int, ep: int, seq: int, recompute: str
 def _duplicated_flops(run: RunSpec) -> float:
     """FLOPs of the (tp - 1) extra copies of work every TP rank runs whole.
 
-    MLA's down projections (Megatron-Core duplicates them) and the MoE router,
-    which the decomposition runs over the micro-batch's tokens on every TP rank.
+    MLA's down projections (Megatron-Core duplicates them) and, without sequence
+    parallelism, the MoE router (with it, each TP rank routes its own 1/tp of the tokens).
     """
     model, s = run.model, run.strategy
     down = sum(n_in * n_out for _, n_in, n_out, sharded in model.attention_linears() if not sharded)
-    router = model.hidden_size * model.num_experts
+    router = 0 if s.sequence_parallel else model.hidden_size * model.num_experts
     passes = 3 + (s.recompute == "full")  # forward, data and weight gradient, forward again
     moe_layers = model.num_moe_layers + (model.mtp_num_layers if model.is_moe else 0)
     per_token = 2 * (down * (model.num_layers + model.mtp_num_layers) + router * moe_layers)

@@ -1,0 +1,153 @@
+"""MoE dispatch, expert load and overlap as Megatron-Core runs them (costmodel/moe.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from constraints.rules import rule_violations
+from costmodel import moe
+from costmodel.comm.placement import GroupPlacement
+from costmodel.decompose import layer_ops
+from costmodel.specs.errors import SpecError
+from costmodel.specs.runspec import RunSpec, run_spec_from_mapping
+from costmodel.specs.strategy import Strategy
+
+
+def _run(model: str = "mixtral-8x7b", num_gpus: int = 64, seq: int = 4096, **strategy: Any) -> RunSpec:
+    base = {"tp": 1, "pp": 1, "ep": 8, "micro_batch_size": 1, "global_batch_size": 256}
+    base.update(strategy)
+    return run_spec_from_mapping({"model": model, "seq_length": seq,
+                                  "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": num_gpus},
+                                  "strategy": base})
+
+
+def _bytes(transfers: list[moe.Transfer], op: str) -> float:
+    return sum(t.message_bytes for t in transfers if t.op == op)
+
+
+def _one_second_per_byte(op: str, nbytes: float, group: GroupPlacement) -> float:
+    return nbytes * 1e-9
+
+
+def test_dispatch_volume_scales_as_one_over_tp_under_sequence_parallelism() -> None:
+    one = moe.alltoall_transfers(_run(tp=1, dp=64, ep=8))
+    two = moe.alltoall_transfers(_run(tp=2, dp=32, ep=8, sequence_parallel=True))
+    assert _bytes(two, "all_to_all") == pytest.approx(_bytes(one, "all_to_all") / 2)
+    no_sp = moe.alltoall_transfers(_run(tp=2, dp=32, ep=8, sequence_parallel=False))
+    assert _bytes(no_sp, "all_to_all") == pytest.approx(_bytes(one, "all_to_all"))
+
+
+def test_alltoall_gathers_within_expert_tp_after_the_all_to_all() -> None:
+    run = _run(tp=2, dp=32, ep=8)
+    m = run.model
+    rows = 1 * 4096 / 2 * m.moe_router_topk
+    gathered = _bytes(moe.alltoall_transfers(run), "all_gather")
+    assert gathered == pytest.approx(rows * 2 * (m.hidden_size * 2 + 4))
+    assert _bytes(moe.alltoall_transfers(_run(tp=2, dp=32, ep=8, etp=1)), "all_gather") == 0
+
+
+def test_allgather_dispatcher_gathers_every_tp_ep_rank_s_tokens() -> None:
+    run = _run(tp=2, dp=32, ep=4)
+    (t,) = moe.allgather_transfers(run)
+    m = run.model
+    assert t.op == "all_gather" and t.group.size == 8
+    assert t.message_bytes == pytest.approx(4096 / 2 * 8 * (m.hidden_size * 2 + m.num_experts * 5))
+
+
+def test_flex_sends_a_token_once_per_destination_rank() -> None:
+    run = _run(ep=2, dp=64)  # 8 experts, 4 per rank, top-2: both on one rank 3/7 of the time
+    (t,) = moe.flex_transfers(run)
+    expected_ranks = 2 * (1 - 6 / 28)
+    assert t.message_bytes == pytest.approx(4096 * expected_ranks * (run.model.hidden_size * 2 + 4))
+    assert t.message_bytes < _bytes(moe.alltoall_transfers(run), "all_to_all")
+
+
+def test_hybridep_is_deepep_inside_one_domain_and_dedups_domains_across() -> None:
+    inside = _run(ep=8, dp=64)
+    assert moe.hybridep_transfers(inside) == moe.flex_transfers(inside)
+    across = _run(model="deepseek-v3", num_gpus=256, ep=64, dp=256, global_batch_size=256)
+    hybrid = moe.hybridep_transfers(across)
+    assert hybrid[0].group.crosses_nodes and hybrid[0].group.gpus_per_node == 1
+    # a token crosses the network once per destination domain, fewer than its DeepEP copies
+    assert hybrid[0].message_bytes < moe.flex_transfers(across)[0].message_bytes
+
+
+def test_dispatcher_defaults_to_the_framework_and_the_strategy_overrides_it() -> None:
+    assert moe.dispatcher(_run()) == "allgather"  # megatron-core.yaml
+    assert moe.dispatcher(_run(moe_token_dispatcher="alltoall")) == "alltoall"
+    with pytest.raises(SpecError, match="strategy.moe_token_dispatcher"):
+        Strategy(moe_token_dispatcher="nccl")
+
+
+def _expert_flops(run: RunSpec) -> float:
+    return sum(op.flops * op.count for op in layer_ops(run.model, run.strategy, run.seq_length, moe=True)
+               if op.name.startswith("moe.experts") and op.family == "gemm")
+
+
+def test_imbalance_makes_expert_compute_and_all_to_all_scale_on_the_critical_path() -> None:
+    balanced, skewed = _run(), _run(moe_load_imbalance=1.5)
+    assert _expert_flops(skewed) == pytest.approx(1.5 * _expert_flops(balanced), rel=1e-3)
+    a2a = [_bytes(moe.alltoall_transfers(r), "all_to_all") for r in (balanced, skewed)]
+    assert a2a[1] == pytest.approx(1.5 * a2a[0])
+    assert moe.moe_notes(balanced)[0].startswith("MoE routing assumed balanced")
+    assert "1.5x" in moe.moe_notes(skewed)[0]
+
+
+def test_capacity_factor_pads_every_expert_to_its_capacity() -> None:
+    padded = _run(moe_capacity_factor=1.25, moe_load_imbalance=2.0)  # tokens beyond capacity dropped
+    assert _expert_flops(padded) == pytest.approx(1.25 * _expert_flops(_run()), rel=1e-3)
+
+
+def test_expert_tp_splits_the_expert_gemms_and_shares_their_rows() -> None:
+    run = _run(tp=2, dp=32, etp=1)
+    # etp=1: a rank's rows are its own SP share, with the whole expert FFN
+    assert moe.expert_rows(run.model, run.strategy, run.seq_length) == pytest.approx(4096 / 2 * 2)
+    assert _expert_flops(run) == pytest.approx(_expert_flops(_run(tp=2, dp=32)), rel=1e-3)
+
+
+def test_permutation_streams_at_hbm_bandwidth_not_the_embedding_gather_fit() -> None:
+    from costmodel.analytic import memory_kind
+
+    op = next(op for op in layer_ops(_run().model, _run().strategy, 4096, moe=True) if op.name == "moe.permute.fwd")
+    assert memory_kind(op) == "residual"
+
+
+@pytest.mark.parametrize("compute_s", [0.0, 1e-5, 1e-3, 1.0])
+@pytest.mark.parametrize("knob", ["moe_shared_expert_overlap", "moe_a2a_overlap"])
+def test_overlap_never_slower_than_no_overlap(knob: str, compute_s: float) -> None:
+    plain = _run(moe_token_dispatcher="alltoall", global_batch_size=512, dp=64)
+    overlapped = replace(plain, strategy=replace(plain.strategy, **{knob: True}))
+    args = (_one_second_per_byte, 4, compute_s, compute_s / 3, compute_s / 2)
+    off = moe.ep_exposed_seconds(plain, *args)
+    on = moe.ep_exposed_seconds(overlapped, *args)
+    assert on <= off
+    if compute_s >= 1.0:
+        assert on < off
+
+
+def test_expert_groups_fold_over_tp_dp_cp() -> None:
+    run = _run(model="qwen3-30b-a3b", tp=4, dp=16, ep=32, etp=1)  # ep 32 > dp*cp = 16: legal only by folding
+    assert run.strategy.expert_data_parallel_size == 2
+    assert moe.expert_group("ep", run).size == 32 and moe.expert_group("edp", run).size == 2
+    assert moe.expert_group("tp_ep", run).size == 32
+    assert not [v for v in rule_violations(run) if "ep" in v]
+
+
+def test_folding_rules() -> None:
+    assert any("etp*ep" in v for v in rule_violations(_run(tp=2, dp=32, ep=8, etp=16)))
+    assert any("etp=3" in v for v in rule_violations(_run(tp=1, dp=64, etp=3)))
+    assert any("moe_a2a_overlap" in v for v in rule_violations(_run(moe_a2a_overlap=True)))  # allgather
+    assert any("vpp" in v for v in rule_violations(_run(pp=2, dp=32, moe_token_dispatcher="alltoall",
+                                                        moe_a2a_overlap=True)))
+    assert not rule_violations(_run(dp=64, moe_token_dispatcher="alltoall", moe_a2a_overlap=True))
+
+
+def test_expert_weights_shard_by_ep_and_etp() -> None:
+    from constraints.memory import moe_layer_params_per_gpu
+
+    full = moe_layer_params_per_gpu(_run(tp=2, dp=32).model, _run(tp=2, dp=32).strategy)[1]
+    folded = moe_layer_params_per_gpu(_run(tp=2, dp=32, etp=1).model, _run(tp=2, dp=32, etp=1).strategy)[1]
+    assert folded == pytest.approx(2 * full)
