@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from costmodel.specs.framework import DEFAULT_FRAMEWORK, Framework, get_framework
 from costmodel.specs.model import ModelSpec
-from costmodel.specs.strategy import Strategy, uneven_ends
+from costmodel.specs.layout import layout_of
+from costmodel.specs.strategy import Strategy
 from search.exporters._base import Exporter, header
 from search.space import SearchProblem
 
@@ -60,12 +61,7 @@ def strategy_args(strategy: Strategy, model: ModelSpec, framework: Framework | N
         ["--micro-batch-size", str(s.micro_batch_size)],
         ["--global-batch-size", str(s.global_batch_size)],
     ]
-    if s.vpp > 1:
-        args.append(["--num-layers-per-virtual-pipeline-stage", str(model.num_layers // (s.pp * s.vpp))])
-    ends = uneven_ends(model.num_layers, s.pp, s.vpp)
-    if ends is not None:  # fewer layers on the first and last stage
-        args.append(["--decoder-first-pipeline-num-layers", str(ends[0])])
-        args.append(["--decoder-last-pipeline-num-layers", str(ends[1])])
+    args += pipeline_layout_args(s, model)
     if s.sequence_parallel:
         args.append(["--sequence-parallel"])
     if s.recompute != "none":
@@ -95,6 +91,37 @@ def strategy_args(strategy: Strategy, model: ModelSpec, framework: Framework | N
     if s.overlap_param_gather and s.zero_stage >= 1:
         args.append(["--overlap-param-gather"])
     return args + framework_args(s, model, framework or get_framework(DEFAULT_FRAMEWORK))
+
+
+# The layout fields of costmodel.specs.layout.PipelineLayout -> Megatron-LM arguments.py flags.
+LAYOUT_FLAGS = {"first_stage_layers": "--decoder-first-pipeline-num-layers",
+                "last_stage_layers": "--decoder-last-pipeline-num-layers"}
+ACCOUNT_FLAGS = {"account_for_embedding": "--account-for-embedding-in-pipeline-split",
+                 "account_for_loss": "--account-for-loss-in-pipeline-split"}
+
+
+def pipeline_layout_args(strategy: Strategy, model: ModelSpec) -> list[list[str]]:
+    """The pipeline layout (``costmodel.specs.layout``) as the one set of flags arguments.py accepts for it.
+
+    A layout string carries vpp itself; with first/last-stage counts vpp must be given as
+    ``--num-virtual-stages-per-pipeline-rank`` (arguments.py refuses the per-stage layer count there);
+    otherwise ``--num-layers-per-virtual-pipeline-stage`` counts the accounted embedding/loss as layers.
+    """
+    layout = layout_of(model, strategy)
+    if layout.layout_string is not None:
+        return [["--pipeline-model-parallel-layout", layout.layout_string]]
+    args: list[list[str]] = []
+    uneven = layout.first_stage_layers is not None or layout.last_stage_layers is not None
+    if strategy.vpp > 1 and uneven:
+        args.append(["--num-virtual-stages-per-pipeline-rank", str(strategy.vpp)])
+    elif strategy.vpp > 1:
+        units = model.num_layers + layout.account_for_embedding + layout.account_for_loss
+        args.append(["--num-layers-per-virtual-pipeline-stage", str(units // (strategy.pp * strategy.vpp))])
+    for name, flag in LAYOUT_FLAGS.items():
+        if getattr(layout, name) is not None:
+            args.append([flag, str(getattr(layout, name))])
+    args += [[flag] for name, flag in ACCOUNT_FLAGS.items() if getattr(layout, name)]
+    return args
 
 
 def model_args(model: ModelSpec, seq_length: int) -> list[list[str]]:
@@ -146,4 +173,6 @@ class MegatronExporter(Exporter):
         lines = [" ".join(group) for group in megatron_argv(strategy, problem)]
         return (header(problem, strategy)
                 + f"# Launch {problem.num_gpus} ranks (dp={strategy.dp} is implied by the world size).\n"
+                + ("# The pipeline layout holds shell glob characters: run `set -f` before expanding this file.\n"
+                   if strategy.pipeline_layout is not None else "")
                 + "\n".join(lines) + "\n")

@@ -6,7 +6,8 @@ from typing import Any
 
 import yaml
 
-from costmodel.specs.strategy import Strategy, uneven_ends
+from costmodel.specs.layout import layout_of
+from costmodel.specs.strategy import Strategy
 from search.exporters._base import Exporter, header
 from search.exporters._megatron import FSDP_SHARDING
 from search.space import SearchProblem
@@ -16,6 +17,21 @@ MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed"}
 # (bf16_with_fp8_mixed sets fp8_recipe = "delayed"; Megatron-Bridge keeps the preset names).
 FP8_PRECISION = {"delayed": "bf16_with_fp8_mixed", "tensorwise": "bf16_with_fp8_current_scaling_mixed",
                  "mxfp8": "bf16_with_mxfp8_mixed", "blockwise": "bf16_with_fp8_subchannel_scaling_mixed"}
+
+
+# The layout fields of costmodel.specs.layout.PipelineLayout -> Megatron-Core TransformerConfig keys.
+LAYOUT_KEYS = {"layout_string": "pipeline_model_parallel_layout",
+               "first_stage_layers": "num_layers_in_first_pipeline_stage",
+               "last_stage_layers": "num_layers_in_last_pipeline_stage",
+               "account_for_embedding": "account_for_embedding_in_pipeline_split",
+               "account_for_loss": "account_for_loss_in_pipeline_split"}
+
+
+def layout_keys(strategy: Strategy, problem: SearchProblem) -> dict[str, Any]:
+    """The pipeline layout's TransformerConfig keys (only those it sets)."""
+    layout = layout_of(problem.model, strategy)
+    return {key: getattr(layout, name) for name, key in LAYOUT_KEYS.items()
+            if getattr(layout, name) not in (None, False)}
 
 
 class NeMoExporter(Exporter):
@@ -59,9 +75,7 @@ class NeMoExporter(Exporter):
                                                              else s.moe_a2a_overlap)
         if s.recompute == "full":
             model.update({"recompute_method": "uniform", "recompute_num_layers": 1})
-        ends = uneven_ends(problem.model.num_layers, s.pp, s.vpp)
-        if ends is not None:  # fewer layers on the first and last stage
-            model.update({"num_layers_in_first_pipeline_stage": ends[0], "num_layers_in_last_pipeline_stage": ends[1]})
+        model.update(layout_keys(s, problem))
         ddp: dict[str, Any] = {
             "use_distributed_optimizer": s.zero_stage >= 1,
             "overlap_grad_reduce": s.overlap_grad_reduce,

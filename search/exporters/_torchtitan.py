@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from costmodel.specs.strategy import Strategy, pipeline_layers
+from costmodel.specs.layout import EMBEDDING, LOSS, PipelineLayout, layout_of
+from costmodel.specs.strategy import Strategy
 from search.exporters._base import Exporter, header
 from search.space import SearchProblem
 
@@ -11,24 +12,21 @@ from search.space import SearchProblem
 RESHARD = {2: "never", 3: "always"}
 
 
-def model_parts(num_layers: int, pp: int, vpp: int) -> list[list[str]]:
+def model_parts(layout: PipelineLayout) -> list[list[str]]:
     """torchtitan's ``module_fqns_per_model_part``: the modules of each of the ``pp * vpp`` model chunks.
 
-    The layers follow ``pipeline_layers`` (chunk ``i`` runs on rank ``i % pp``); the
-    embedding joins the first chunk and the final norm and output the last. Spelled out,
-    so that torchtitan's own split (which weighs the embedding and output as layers,
-    ``pipeline_parallel_{first,last}_stage_less_layers``) cannot differ from the one predicted.
+    One part per chunk of the pipeline layout (``costmodel.specs.layout``; chunk ``i`` runs on
+    rank ``i % pp``, torchtitan's loop-style stage order): ``tok_embeddings`` where the layout has
+    the embedding, its decoder layers by global index, and ``norm`` and ``output`` where it has the
+    loss. Spelled out, so that torchtitan's own split (which weighs the embedding and output as
+    layers, ``pipeline_parallel_{first,last}_stage_less_layers``) cannot differ from the one
+    predicted. torchtitan has no MTP module: MTP layers of a layout are left out.
     """
-    split = pipeline_layers(num_layers, pp, vpp)
-    if split is None:
-        raise ValueError(f"num_layers={num_layers} has no supported split over pp={pp}, vpp={vpp}")
-    sizes = [count // vpp for count in split for _ in range(vpp)] if vpp > 1 else list(split)
-    parts, start = [], 0
-    for size in sizes:
-        parts.append([f"layers.{i}" for i in range(start, start + size)])
-        start += size
-    parts[0].insert(0, "tok_embeddings")
-    parts[-1] += ["norm", "output"]
+    parts = []
+    for index, chunk in enumerate(layout.chunks):
+        part = ["tok_embeddings"] if EMBEDDING in chunk else []
+        part += [f"layers.{i}" for i in layout.chunk_layer_ids(index)]
+        parts.append(part + (["norm", "output"] if LOSS in chunk else []))
     return parts
 
 
@@ -91,7 +89,7 @@ class TorchtitanExporter(Exporter):
             f"expert_parallel_degree = {s.ep}",
         ]
         if s.pp > 1:
-            parts = model_parts(problem.model.num_layers, s.pp, s.vpp)
+            parts = model_parts(layout_of(problem.model, s))
             lines.append("module_fqns_per_model_part = [" + ", ".join(
                 "[" + ", ".join(f'"{name}"' for name in part) + "]" for part in parts) + "]")
         lines += ["", "[activation_checkpoint]", f'mode = "{s.recompute}"']
