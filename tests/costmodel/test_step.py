@@ -75,7 +75,8 @@ def test_overlap_flags_hide_communication() -> None:
     timer = timer_for(run.cluster.gpu)
     exposed = predict_step(run, timer)
     hidden = predict_step(replace(run, strategy=replace(run.strategy, tp_comm_overlap=True)), timer)
-    assert hidden.breakdown["tp_comm_s"] == 0 < exposed.breakdown["tp_comm_s"]
+    # userbuffers overlap hides most TP comm, never all of it (costmodel.tp_comm: drains, chunk GEMMs, SMs)
+    assert 0 < hidden.breakdown["tp_comm_s"] < exposed.breakdown["tp_comm_s"]
     assert hidden.step_time_s < exposed.step_time_s
 
 
