@@ -32,10 +32,10 @@ def catalog_reference(gpu: GPUSpec) -> GPUSpec:
 
 @lru_cache(maxsize=32)
 def _timer(gpu: GPUSpec, profile_dir: str | None) -> OperatorTimer:
-    from costmodel.predictors import fitted_profile
     from costmodel.profiles.profile import builtin_profile, device_mismatch, load_profile
 
     profile = load_profile(profile_dir) if profile_dir is not None else builtin_profile(gpu.name)
+    from costmodel.predictors import fitted_profile  # scikit-learn: only once the profile is known good
     if profile is None:
         return OperatorTimer(gpu, None)
     if (mismatch := device_mismatch(profile, gpu.name)) is not None:

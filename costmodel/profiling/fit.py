@@ -6,15 +6,18 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from threadpoolctl import threadpool_limits
 
-from costmodel.predictors import FITTED_DIR, FamilyError, FittedProfile, fit_profile, store_fitted
 from costmodel.profiles.profile import load_profile
 from costmodel.specs.gpu import GPUSpec
 
-__all__ = ["REPORT_FILE", "FamilyError", "FitReport", "fit_directory"]
+if TYPE_CHECKING:
+    from costmodel.predictors import FamilyError, FittedProfile
+
+__all__ = ["REPORT_FILE", "FitReport", "fit_directory"]
 
 REPORT_FILE = "report.yaml"
 
@@ -63,6 +66,8 @@ def fit_directory(path: str | Path, gpu: GPUSpec | None = None) -> FitReport:
         gives the device figures its tables need.
     """
     profile = load_profile(path)
+    from costmodel.predictors import FITTED_DIR, fit_profile, store_fitted  # scikit-learn: only for a valid profile
+
     # One thread: gradient boosting on a few hundred rows gains nothing from a pool, and on a
     # busy machine an OpenMP pool makes each call wait for cores (seconds instead of milliseconds).
     with threadpool_limits(limits=1):
