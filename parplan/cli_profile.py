@@ -75,13 +75,15 @@ def register(subparsers: Any) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from costmodel.profiling.kinds import parse_ops
-    from costmodel.profiling.sampler import SamplerConfig, run_profile
     from costmodel.specs import load_run_spec
 
+    ops = parse_ops(args.ops)  # bad flags and run specs fail before torch and the sampler are imported
     runs = [load_run_spec(path) for path in args.for_run]
     if args.for_search:
         runs += _search_runs(args.for_search)
-    config = SamplerConfig(out=Path(args.out), device=args.device, ops=parse_ops(args.ops),
+    from costmodel.profiling.sampler import SamplerConfig, run_profile
+
+    config = SamplerConfig(out=Path(args.out), device=args.device, ops=ops,
                            budget_s=args.budget_seconds, dtype=args.dtype, runs=tuple(runs), threads=args.threads,
                            num_procs=args.num_procs, device_name=args.gpu, seed=args.seed,
                            progress=None if args.quiet else sys.stderr)
