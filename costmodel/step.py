@@ -116,24 +116,24 @@ def _on_group(timer: OperatorTimer, placement: Any, gpu: Any) -> Callable[[str, 
 
 
 def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: float,
-                moe_layers: float) -> tuple[float, float, float, float]:
+                moe_layers: float, pp_rank: int | None = None) -> tuple[float, float, float, float]:
     """(tp, cp, ep, zero3) exposed seconds per micro-batch on one rank (forward + backward)."""
     model, s, cluster, gpu = run.model, run.strategy, run.cluster, run.cluster.gpu
     tokens = s.micro_batch_size * run.seq_length // s.cp
     recompute_fwd = 1 if s.recompute == "full" else 0
     tp = cp = ep = z3 = 0.0
     if s.tp > 1:
-        g = group_placement("tp", s, cluster)
+        g = group_placement("tp", s, cluster, stage=pp_rank)
         tp = layers * tp_layer_exposed_s(run, timer, _on_group(timer, g, gpu))
     if s.cp > 1:
-        g = group_placement("cp", s, cluster)
+        g = group_placement("cp", s, cluster, stage=pp_rank)
         cp = layers * cp_layer_exposed_s(run, timer, _on_group(timer, g, gpu))
     if moe_layers:
         ep = _ep_exposed(run, timer, stage, layers, moe_layers)
     if s.dp * s.cp > 1 and s.zero_stage == 3:
-        z3 = _zero3_exposed(run, timer, stage, int(layers), int(moe_layers))
+        z3 = _zero3_exposed(run, timer, stage, int(layers), int(moe_layers), pp_rank)
     elif s.dp * s.cp > 1 and s.zero_stage == 2:
-        z3 = _zero2_exposed(run, timer, stage)
+        z3 = _zero2_exposed(run, timer, stage, pp_rank)
     return tp, cp, ep, z3
 
 
@@ -147,26 +147,27 @@ def _ep_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers:
         shared.total(("fwd",)) if shared else 0.0, shared.total(("bwd",)) if shared else 0.0)
 
 
-def _shard_groups(run: RunSpec, stage: StageCompute) -> list[tuple[float, Any]]:
+def _shard_groups(run: RunSpec, stage: StageCompute, pp_rank: int | None = None) -> list[tuple[float, Any]]:
     """(parameters, placement) of the dense (``dp_cp``) and expert (``edp``) shards of ``stage``, if sharded."""
     s = run.strategy
     dense, expert = params_on_gpu(run, stage.stage)
     groups = []
     for params, kind in ((dense, "dp_cp"), (expert, "edp")):
-        g = moe.expert_group(kind, run) if kind == "edp" else group_placement(kind, s, run.cluster)
+        g = moe.expert_group(kind, run) if kind == "edp" else group_placement(kind, s, run.cluster, stage=pp_rank)
         if params > 0 and g.size > 1:
             groups.append((params, g))
     return groups
 
 
-def _zero3_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: int, moe_layers: int) -> float:
+def _zero3_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: int, moe_layers: int,
+                   pp_rank: int | None = None) -> float:
     """ZeRO-3 seconds per micro-batch beyond the stage's compute: its layers' gathers and reduce-scatters replayed."""
     s, gpu = run.strategy, run.cluster.gpu
     settings = sharding_settings(run)
     n = max(layers, 1)
     gather = scatter = 0.0
     total_params = 0.0
-    for params, g in _shard_groups(run, stage):
+    for params, g in _shard_groups(run, stage, pp_rank):
         # expert parameters live in the MoE layers only: time one such layer's collective, spread over all
         holders = moe_layers if g.kind == "edp" else n
         share = max(holders, 1) / n
@@ -180,18 +181,18 @@ def _zero3_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, laye
     return max(0.0, total - stage.forward_s - stage.backward_s)
 
 
-def _zero2_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute) -> float:
+def _zero2_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: int | None = None) -> float:
     """ZeRO-2 gradient reduce-scatter of every micro-batch's backward (DeepSpeed stage 2), exposed part."""
     s, gpu = run.strategy, run.cluster.gpu
     exposed = 0.0
-    for params, g in _shard_groups(run, stage):
+    for params, g in _shard_groups(run, stage, pp_rank):
         sync = _collective(timer, "reduce_scatter", params * GRAD_REDUCE_BYTES, g, gpu)
         bucket = _collective(timer, "reduce_scatter", min(params, ZERO2_BUCKET_PARAMS) * GRAD_REDUCE_BYTES, g, gpu)
         exposed += bucketed_reduce_exposed_s(stage.backward_s, sync, bucket, s.overlap_grad_reduce)
     return exposed
 
 
-def _dp_tail(run: RunSpec, timer: OperatorTimer, stage: StageCompute) -> float:
+def _dp_tail(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: int | None = None) -> float:
     """Exposed gradient sync and parameter all-gather after the last backward of ``stage``.
 
     ZeRO-3 and ZeRO-2 reduce their gradients inside every micro-batch (``_layer_comm``);
@@ -201,7 +202,7 @@ def _dp_tail(run: RunSpec, timer: OperatorTimer, stage: StageCompute) -> float:
     if s.dp * s.cp == 1 or s.zero_stage == 3:
         return 0.0
     total = 0.0
-    for params, g in _shard_groups(run, stage):
+    for params, g in _shard_groups(run, stage, pp_rank):
         if s.zero_stage < 2:
             op = "all_reduce" if s.zero_stage == 0 else "reduce_scatter"
             sync = _collective(timer, op, params * GRAD_REDUCE_BYTES, g, gpu)
@@ -223,6 +224,11 @@ def _p2p_seconds(run: RunSpec, timer: OperatorTimer) -> float:
     return _collective(timer, "send_recv", nbytes, group_placement("pp", s, run.cluster), run.cluster.gpu)
 
 
+def _stage_placements(run: RunSpec, pp_rank: int) -> tuple[Any, ...]:
+    """The placements of pipeline rank ``pp_rank``'s groups (stages alike in compute may differ here)."""
+    return tuple(group_placement(kind, run.strategy, run.cluster, stage=pp_rank) for kind in ("tp", "cp", "dp_cp"))
+
+
 def predict_step(run: RunSpec, timer: OperatorTimer,
                  framework: tuple[float, float] | None = None) -> StepPrediction:
     """Seconds of one optimizer step of ``run`` and where they go.
@@ -234,25 +240,26 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
     m = s.num_microbatches
     computes = pipeline_compute(run, timer)
     stages: list[StageTimes] = []
-    cache: dict[int, StageTimes] = {}
+    cache: dict[tuple[int, tuple[Any, ...]], StageTimes] = {}
     scale, per_layer = framework_overhead() if framework is None else framework
     passes = 2 if s.recompute == "full" else 1  # a full-recompute layer runs its forward twice
     for st in range(s.pp):
         c = computes[st]
-        if id(c) not in cache:  # middle stages share one StageCompute and one layer count
+        key = (id(c), _stage_placements(run, st))  # middle stages share one StageCompute and layer count
+        if key not in cache:
             dense_layers, moe_layers = stage_layer_counts(run.model, s, st)
             layers = dense_layers + moe_layers
             overhead = (scale - 1.0) * (c.forward_s + c.backward_s) + per_layer * layers * passes
-            cache[id(c)] = StageTimes(c, *_layer_comm(run, timer, c, layers, moe_layers), overhead_s=overhead)
-        stages.append(cache[id(c)])
+            cache[key] = StageTimes(c, *_layer_comm(run, timer, c, layers, moe_layers, st), overhead_s=overhead)
+        stages.append(cache[key])
     name = schedule_name(s.pp, s.vpp)
     flush: PipelineTime = SCHEDULES[name]([t.forward_s for t in stages], [t.backward_s for t in stages],
                                           m, s.vpp, _p2p_seconds(run, timer))
     # After the flush: stage i finished its last backward sum(backward of ranks < i) earlier.
     tails = []
     slack = 0.0
-    for t in stages:
-        dp = _dp_tail(run, timer, t.compute)
+    for st, t in enumerate(stages):
+        dp = _dp_tail(run, timer, t.compute, st)
         tails.append((dp + t.compute.optimizer_s - slack, dp, t.compute.optimizer_s))
         slack += t.backward_s
     tail, dp_exposed, optimizer = max(tails)

@@ -62,11 +62,12 @@ def _analytic_seconds(op: str, message_bytes: NDArray[np.float64], placement: Gr
         return send_recv_seconds(message_bytes, placement.crosses_nodes, links)
     if not placement.crosses_nodes:
         return single_domain_seconds(op, message_bytes, n, links)
-    # an uneven spread (NVL72 domains) is priced as k domains of its fewest-populated domain's g
-    k = max(k, -(-n // g))
+    # An uneven spread (a group cut 8 + 24 by a domain boundary) is priced by the domains it really
+    # spans and its n ranks, with the NIC share of its fewest-populated domain (g): that domain's
+    # ranks send the most bytes across, and its NICs carry every ring channel's crossing.
     if op == "all_to_all":
-        return all_to_all_across_seconds(message_bytes, g, k, links)
-    ring = ring_across_seconds(op, message_bytes, g, k, links)
+        return all_to_all_across_seconds(message_bytes, g, k, links, n=n)
+    ring = ring_across_seconds(op, message_bytes, g, k, links, n=n)
     if op == "all_reduce":
         # NCCL's tuner runs the algorithm its model predicts faster [NCCL-TUNING]
         return np.minimum(ring, tree_all_reduce_seconds(message_bytes, g, k, links))

@@ -134,9 +134,13 @@ def single_domain_seconds(op: str, message_bytes: Bytes, n: int, links: LinkFigu
     return links.base_latency_s + ring_hops(op, n) * links.up_latency_s + moved / links.up_ring_bytes_per_s
 
 
-def ring_across_seconds(op: str, message_bytes: Bytes, g: int, k: int, links: LinkFigures) -> Bytes:
-    """all_reduce / all_gather / reduce_scatter as one flat NCCL ring over ``k`` domains of ``g`` ranks."""
-    n = g * k
+def ring_across_seconds(op: str, message_bytes: Bytes, g: int, k: int, links: LinkFigures,
+                        n: int | None = None) -> Bytes:
+    """all_reduce / all_gather / reduce_scatter as one flat NCCL ring over ``k`` domains of ``g`` ranks.
+
+    ``n`` (default ``g * k``): ranks in all, where domains hold unequal counts and ``g`` is the fewest.
+    """
+    n = g * k if n is None else n
     out_hops = ring_hops(op, k)
     latency = (links.base_latency_s + (ring_hops(op, n) - out_hops) * links.up_latency_s
                + out_hops * links.out_latency_s)
@@ -154,9 +158,14 @@ def tree_all_reduce_seconds(message_bytes: Bytes, g: int, k: int, links: LinkFig
     return latency + max(up, out) * message_bytes
 
 
-def all_to_all_across_seconds(message_bytes: Bytes, g: int, k: int, links: LinkFigures) -> Bytes:
-    """alltoall over ``k`` domains of ``g`` ranks: local share over NVLink, the rest over one NIC."""
-    n = g * k
+def all_to_all_across_seconds(message_bytes: Bytes, g: int, k: int, links: LinkFigures,
+                              n: int | None = None) -> Bytes:
+    """alltoall over ``k`` domains of ``g`` ranks: local share over NVLink, the rest over one NIC.
+
+    ``n`` (default ``g * k``): ranks in all, where domains hold unequal counts; a rank of the
+    fewest-populated domain (``g``) sends the most, ``(n - g) / n``, over its NIC.
+    """
+    n = g * k if n is None else n
     latency = links.base_latency_s + (g - 1) * links.up_latency_s + (n - g) * links.out_latency_s
     seconds_per_byte = max((g - 1) / n / links.up_all_to_all_bytes_per_s,
                            (n - g) / n / links.out_all_to_all_bytes_per_s)

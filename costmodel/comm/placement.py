@@ -1,37 +1,57 @@
 """Where each process group's ranks sit: inside one scale-up (NVLink) domain or across several.
 
-Ranks are numbered as Megatron-LM numbers them (``megatron/core/parallel_state.py``,
-``RankGenerator``): the order string lists the parallel dimensions innermost first, so with
-the default ``"tp-cp-dp-pp"`` consecutive ranks differ in their TP index, TP groups are
-blocks of ``tp`` consecutive ranks, and pipeline stages are ``tp * cp * dp`` ranks apart.
-Expert parallelism is carved out of the ``dp * cp`` ranks as Megatron does (expert
-ranks use the order ``tp-ep-dp-pp``): an EP group is the innermost ``ep`` ranks of a
-``dp_cp`` group, an expert-data-parallel (``edp``) group the ranks at stride ``ep`` in it.
+Ranks are numbered as Megatron-Core numbers them (``megatron/core/parallel_state.py``:
+``RankGenerator`` and ``generate_masked_orthogonal_rank_groups``). The order string lists the
+parallel dimensions innermost first; Megatron's default ``"tp-cp-ep-dp-pp"`` makes TP groups
+blocks of ``tp`` consecutive ranks and puts pipeline stages ``tp * cp * dp`` ranks apart. Two
+grids share that order: the dense one (``tp, cp, dp, pp``; ep = 1) cuts the ``tp cp dp pp dp_cp``
+groups, the expert one (expert-TP ``etp``, ``ep``, expert-DP ``edp = tp*cp*dp / (etp*ep)``, ``pp``;
+cp = 1) cuts the ``ep``, ``edp``, ``etp`` and ``tp_ep`` groups, so an EP group is ``ep`` ranks
+``etp`` apart (Megatron-Core MoE parallel folding when ``etp != tp``).
 
 A *domain* is one scale-up domain: the GPUs of one node, or of a whole NVL72 rack
-(see :func:`scale_up_domain_size`). Consecutive global ranks fill one domain after another.
+(:func:`scale_up_domain_size`). A job is laid out on whole domains as a topology-aware
+scheduler places it (Slurm's block topology with ``--segment``): consecutive ranks fill
+:func:`gpus_per_domain_used` GPUs of one domain, then the next. That figure is at most the
+cluster's ``gpus_per_nvlink_domain_used`` (NVL72: 64 of 72 by default) and, where the domain
+is larger than a node, the largest whole number of nodes that keeps the EP, TP and CP groups
+whole, so those groups stay inside one domain whenever the layout allows.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Final
+from typing import Final, NamedTuple
 
 import numpy as np
 
-from costmodel.specs.errors import SpecError
+from costmodel.specs.errors import SpecError, require_int
 from costmodel.specs.gpu import ClusterSpec
 from costmodel.specs.strategy import Strategy
 
-__all__ = ["DEFAULT_ORDER", "GROUP_KINDS", "GroupPlacement", "group_placement", "scale_up_domain_size"]
+__all__ = ["DEFAULT_ORDER", "GROUP_KINDS", "GroupPlacement", "gpus_per_domain_used", "group_placement",
+           "group_ranks", "scale_up_domain_size"]
 
-DEFAULT_ORDER: Final = "tp-cp-dp-pp"
-GROUP_KINDS: Final = ("tp", "cp", "dp", "pp", "dp_cp", "ep", "edp")
-_DIMS: Final = ("tp", "cp", "dp", "pp")
-# Megatron spells its decoder order "tp-cp-ep-dp-pp"; ep is not a separate axis of the
-# dense layout here (it is carved from dp*cp), so the token is accepted and skipped.
-_IGNORED_TOKENS: Final = ("ep",)
+DEFAULT_ORDER: Final = "tp-cp-ep-dp-pp"  # Megatron-Core initialize_model_parallel(order=...) default
+GROUP_KINDS: Final = ("tp", "cp", "dp", "pp", "dp_cp", "ep", "edp", "etp", "tp_ep")
+_TOKENS: Final = ("tp", "cp", "ep", "dp", "pp")
+# Megatron's get_ranks() token of each kind; ep, edp, etp and tp_ep are cut from the expert grid.
+_MEMBERS: Final = {"tp": ("tp",), "cp": ("cp",), "dp": ("dp",), "pp": ("pp",), "dp_cp": ("cp", "dp"),
+                   "ep": ("ep",), "edp": ("dp",), "etp": ("tp",), "tp_ep": ("tp", "ep")}
+_EXPERT_KINDS: Final = ("ep", "edp", "etp", "tp_ep")
+
+
+class _Layout(NamedTuple):
+    """The degrees that place ranks (other strategy knobs share one placement)."""
+
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    ep: int
+    etp: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,15 +59,15 @@ class GroupPlacement:
     """How the ranks of one kind of process group spread over scale-up domains.
 
     Every group of a kind has the same size; where groups differ in how they
-    straddle domains (possible when the domain size is not a power of two,
-    e.g. NVL72), the figures describe the worst group.
+    straddle domains, the figures describe the worst group (of one pipeline
+    stage when :func:`group_placement` is asked for a stage).
 
     Attributes
     ----------
     kind : str
-        Group kind: ``tp``, ``cp``, ``dp``, ``pp``, ``dp_cp``, ``ep`` or ``edp``.
+        Group kind: one of ``GROUP_KINDS``.
     size : int
-        Ranks in the group (for ``pp``: the pipeline stages).
+        Ranks in the group (for ``pp``: the pipeline stages; per stage, the pair of stages).
     gpus_per_node : int
         Ranks of the group that share one domain; where the count differs between
         domains, the smallest (it has the fewest NICs, so it bounds cross-domain bandwidth).
@@ -102,33 +122,108 @@ def scale_up_domain_size(cluster: ClusterSpec) -> int:
 
 
 def _parse_order(order: str) -> tuple[str, ...]:
-    tokens = tuple(t for t in order.lower().split("-") if t not in _IGNORED_TOKENS)
-    if sorted(tokens) != sorted(_DIMS):
-        raise SpecError("order", order, "a '-'-joined permutation of tp, cp, dp, pp (innermost first)")
-    return tokens
+    tokens = order.lower().split("-")
+    if "ep" not in tokens and "dp" in tokens:  # Megatron's default puts ep just inside dp
+        tokens.insert(tokens.index("dp"), "ep")
+    if sorted(tokens) != sorted(_TOKENS):
+        raise SpecError("order", order, "a '-'-joined permutation of tp, cp, dp, pp (ep optional), innermost first")
+    return tuple(tokens)
 
 
-def _group_ranks(kind: str, sizes: dict[str, int], ep: int, order: tuple[str, ...]) -> np.ndarray:
-    """Every group of ``kind`` as a row of ascending global ranks, shape (groups, size).
+def _layout(strategy: Strategy) -> _Layout:
+    # Megatron's expert_tensor_parallel_size defaults to tp; a Strategy with parallel folding sets it
+    etp = getattr(strategy, "expert_tensor_parallel_size", strategy.tp)
+    return _Layout(strategy.tp, strategy.cp, strategy.dp, strategy.pp, strategy.ep, etp)
 
-    ``sizes`` holds the tp, cp, dp and pp degrees; ``ep`` matters for the expert groups only.
+
+def _grid_sizes(layout: _Layout, expert: bool) -> dict[str, int]:
+    """Size of each order token in the dense or the expert rank grid (Megatron's two RankGenerators)."""
+    if not expert:
+        return {"tp": layout.tp, "cp": layout.cp, "ep": 1, "dp": layout.dp, "pp": layout.pp}
+    model = layout.tp * layout.cp * layout.dp
+    if model % (layout.etp * layout.ep):
+        raise SpecError("strategy.ep", layout.ep,
+                        f"such that ep * etp (etp={layout.etp}) divides tp * cp * dp = {model}")
+    edp = model // (layout.etp * layout.ep)
+    return {"tp": layout.etp, "cp": 1, "ep": layout.ep, "dp": edp, "pp": layout.pp}
+
+
+def _rank_rows(kind: str, layout: _Layout, tokens: tuple[str, ...], stage: int | None) -> np.ndarray:
+    """Every group of ``kind`` (of pipeline stage ``stage``, if given) as a row of ascending ranks.
+
+    Rows come in Megatron's order: ``generate_masked_orthogonal_rank_groups`` enumerates groups
+    with the innermost non-member dimension fastest, and ranks within a group ascending.
     """
-    outer_first = order[::-1]
-    grid = np.arange(int(np.prod(list(sizes.values())))).reshape([sizes[d] for d in outer_first])
-    members = {"tp": ("tp",), "cp": ("cp",), "dp": ("dp",), "pp": ("pp",)}.get(kind, ("cp", "dp"))
-    group_axes = [i for i, d in enumerate(outer_first) if d in members]
+    sizes = _grid_sizes(layout, expert=kind in _EXPERT_KINDS)
+    outer_first = tokens[::-1]
+    grid = np.arange(math.prod(sizes.values())).reshape([sizes[t] for t in outer_first])
+    if stage is not None:
+        pp_axis = outer_first.index("pp")
+        grid = np.take(grid, _stages_of(kind, stage, layout.pp), axis=pp_axis)
+    group_axes = [i for i, t in enumerate(outer_first) if t in _MEMBERS[kind]]
     other_axes = [i for i in range(len(outer_first)) if i not in group_axes]
-    size = int(np.prod([sizes[outer_first[i]] for i in group_axes]))
+    size = math.prod(grid.shape[i] for i in group_axes)
     # axes stay outer-to-inner, so each row lists its ranks in ascending order
-    rows = grid.transpose(other_axes + group_axes).reshape(-1, size)
-    if kind in ("dp_cp", "tp", "cp", "dp", "pp"):
-        return rows
-    if size % ep:
-        raise SpecError("strategy.ep", ep, f"a divisor of dp * cp = {size}")
-    blocks = rows.reshape(rows.shape[0], size // ep, ep)
-    if kind == "ep":
-        return blocks.reshape(-1, ep)
-    return blocks.transpose(0, 2, 1).reshape(-1, size // ep)  # edp: same expert shard, stride ep
+    return grid.transpose(other_axes + group_axes).reshape(-1, size)
+
+
+def _stages_of(kind: str, stage: int, pp: int) -> list[int]:
+    """Pipeline ranks a per-stage ``kind`` group touches: the stage; for ``pp`` its send/recv pair."""
+    if kind != "pp" or pp == 1:
+        return [stage]
+    return [stage, stage + 1] if stage + 1 < pp else [stage - 1, stage]
+
+
+def _span(sizes: dict[str, int], tokens: tuple[str, ...], members: tuple[str, ...]) -> int:
+    """Consecutive ranks that hold one whole group: the dimensions up to its outermost member."""
+    outermost = max(tokens.index(m) for m in members)
+    return math.prod(sizes[t] for t in tokens[:outermost + 1])
+
+
+def _keep_together_blocks(layout: _Layout, tokens: tuple[str, ...]) -> list[int]:
+    """Rank blocks a scheduler should not cut, most wanted first: EP with TP and CP, EP, CP, TP."""
+    dense = _grid_sizes(layout, expert=False)
+    tp = _span(dense, tokens, ("tp",))
+    cp = _span(dense, tokens, ("tp", "cp"))
+    ep = _span(_grid_sizes(layout, expert=True), tokens, ("tp", "ep")) if layout.ep > 1 else 1
+    return [math.lcm(ep, cp, tp), math.lcm(ep, tp), math.lcm(cp, tp), tp, 1]
+
+
+@lru_cache(maxsize=1024)
+def _segment(layout: _Layout, cluster: ClusterSpec, tokens: tuple[str, ...]) -> int:
+    domain = scale_up_domain_size(cluster)
+    fill = min(cluster.gpus_per_nvlink_domain_used, domain)
+    # inside a multi-node domain (NVL72) a scheduler hands out whole nodes (compute trays)
+    node = cluster.gpus_per_node if domain > cluster.gpus_per_node else domain
+    for block in _keep_together_blocks(layout, tokens):
+        step = math.lcm(node, block)
+        if step <= fill:
+            return fill // step * step
+    return fill
+
+
+def gpus_per_domain_used(strategy: Strategy, cluster: ClusterSpec, order: str = DEFAULT_ORDER) -> int:
+    """GPUs of each scale-up domain that the job's consecutive ranks fill.
+
+    The largest whole number of nodes, at most ``cluster.gpus_per_nvlink_domain_used``, that is a
+    multiple of the EP (with TP and CP) rank block; failing that, of the EP, the CP or the TP
+    block. A node-sized domain is always filled. Rank ``r`` sits in domain ``r // used``.
+    """
+    return _segment(_layout(strategy), cluster, _parse_order(order))
+
+
+def group_ranks(kind: str, strategy: Strategy, order: str = DEFAULT_ORDER, *,
+                stage: int | None = None) -> list[list[int]]:
+    """Global ranks of every ``kind`` group, as Megatron-Core's ``RankGenerator.get_ranks`` lists them.
+
+    ``tp cp dp pp dp_cp`` come from the dense generator (``get_ranks("tp")`` ... ``("dp-cp")``),
+    ``ep edp etp tp_ep`` from the expert one (``get_ranks("ep")``, ``("dp")``, ``("tp")``,
+    ``("tp-ep")``). With ``stage``, only
+    that pipeline stage's groups (``pp``: the pairs of ``stage`` and the next stage).
+    """
+    _check_kind(kind)
+    layout = _layout(strategy)
+    return _rank_rows(kind, layout, _parse_order(order), _check_stage(stage, layout.pp)).tolist()
 
 
 def _worst_spread(rows: np.ndarray, domain: int) -> tuple[int, int]:
@@ -144,8 +239,17 @@ def _worst_spread(rows: np.ndarray, domain: int) -> tuple[int, int]:
     return int(fewest.min()), int(changes.sum(axis=1).max()) + 1
 
 
+def _check_kind(kind: str) -> None:
+    if kind not in GROUP_KINDS:
+        raise SpecError("kind", kind, "one of " + ", ".join(GROUP_KINDS))
+
+
+def _check_stage(stage: int | None, pp: int) -> int | None:
+    return None if stage is None else require_int("stage", stage, minimum=0, maximum=pp - 1)
+
+
 def group_placement(kind: str, strategy: Strategy, cluster: ClusterSpec,
-                    order: str = DEFAULT_ORDER) -> GroupPlacement:
+                    order: str = DEFAULT_ORDER, *, stage: int | None = None) -> GroupPlacement:
     """Placement of the ``kind`` process groups of ``strategy`` on ``cluster``.
 
     Parameters
@@ -153,33 +257,34 @@ def group_placement(kind: str, strategy: Strategy, cluster: ClusterSpec,
     kind : str
         One of ``GROUP_KINDS``: ``tp``, ``cp``, ``dp``, ``pp`` (the pipeline; its
         send/recv pairs are adjacent stages), ``dp_cp`` (the gradient-sync group,
-        ``dp * cp`` ranks), ``ep`` (expert parallel) or ``edp`` (expert data parallel).
+        ``dp * cp`` ranks), ``ep`` (expert parallel), ``edp`` (expert data parallel), ``etp``
+        (expert tensor parallel) or ``tp_ep`` (the expert-TP x EP group).
     strategy : Strategy
         Degrees; ``tp * cp * dp * pp`` must equal ``cluster.num_gpus``.
     cluster : ClusterSpec
-        GPUs, node shape and scale-up domain.
+        GPUs, node shape, scale-up domain and the GPUs of each domain the job is given.
     order : str
-        Megatron-style order, innermost dimension first (default ``"tp-cp-dp-pp"``).
+        Megatron-style order, innermost dimension first (default ``"tp-cp-ep-dp-pp"``).
+    stage : int, optional
+        Pipeline rank whose groups to describe (``pp``: its pairs with the next stage, the
+        last stage's with the previous). Default: the worst group of the whole job.
 
     Returns
     -------
     GroupPlacement
     """
-    if kind not in GROUP_KINDS:
-        raise SpecError("kind", kind, "one of " + ", ".join(GROUP_KINDS))
+    _check_kind(kind)
     if strategy.world_size != cluster.num_gpus:
         raise SpecError("strategy", f"tp*cp*dp*pp={strategy.world_size}",
                         f"a layout of all cluster.num_gpus={cluster.num_gpus} GPUs")
-    # Only the layout places ranks: strategies that differ in other knobs share one placement.
-    layout = (strategy.tp, strategy.cp, strategy.dp, strategy.pp, strategy.ep if kind in ("ep", "edp") else 1)
-    return _layout_placement(kind, layout, cluster, order)
+    layout = _layout(strategy)
+    return _layout_placement(kind, layout, cluster, _parse_order(order), _check_stage(stage, layout.pp))
 
 
 @lru_cache(maxsize=4096)
-def _layout_placement(kind: str, layout: tuple[int, int, int, int, int], cluster: ClusterSpec,
-                      order: str) -> GroupPlacement:
-    tp, cp, dp, pp, ep = layout
-    rows = _group_ranks(kind, {"tp": tp, "cp": cp, "dp": dp, "pp": pp}, ep, _parse_order(order))
-    fewest, domains = _worst_spread(rows, scale_up_domain_size(cluster))
+def _layout_placement(kind: str, layout: _Layout, cluster: ClusterSpec, tokens: tuple[str, ...],
+                      stage: int | None) -> GroupPlacement:
+    rows = _rank_rows(kind, layout, tokens, stage)
+    fewest, domains = _worst_spread(rows, _segment(layout, cluster, tokens))
     return GroupPlacement(kind=kind, size=rows.shape[1], gpus_per_node=fewest, num_domains=domains,
                           crosses_nodes=domains > 1)

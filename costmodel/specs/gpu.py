@@ -24,7 +24,10 @@ GPU_FIELDS: dict[str, tuple[str, float]] = {
     "inter_node_latency_us": ("inter_node_latency_s", 1e-6),
 }
 GPU_INT_FIELDS = ("num_sms", "gpus_per_node", "nvlink_domain_size")
-GPU_KEYS = frozenset({"display_name", "vendor", "peak_tflops", "sources", *GPU_FIELDS, *GPU_INT_FIELDS})
+# Optional integer figure: GPUs of each NVLink domain a job is given (absent: the whole domain).
+DOMAIN_USED_KEY = "gpus_per_nvlink_domain_used"
+GPU_KEYS = frozenset({"display_name", "vendor", "peak_tflops", "sources", *GPU_FIELDS, *GPU_INT_FIELDS,
+                      DOMAIN_USED_KEY})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +52,8 @@ class GPUSpec:
     nvlink_domain_size: int
     inter_node_bandwidth_bytes_per_s: float
     inter_node_latency_s: float
+    # GPUs of one NVLink domain a scheduler gives a job (NVL72 racks: 64 of 72); None = all of it
+    gpus_per_nvlink_domain_used: int | None = None
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     def peak(self, dtype: str) -> float:
@@ -70,6 +75,8 @@ class GPUSpec:
             out[key] = getattr(self, attr) / factor
         for key in GPU_INT_FIELDS:
             out[key] = getattr(self, key)
+        if self.gpus_per_nvlink_domain_used is not None:
+            out[DOMAIN_USED_KEY] = self.gpus_per_nvlink_domain_used
         out["sources"] = dict(self.sources)
         return out
 
@@ -100,11 +107,18 @@ def gpu_from_mapping(name: str, data: dict[str, Any], section: str = "gpu") -> G
         kwargs[attr] = require_number(f"{section}.{key}", data[key], strict=not key.endswith("latency_us")) * factor
     for key in GPU_INT_FIELDS:
         kwargs[key] = require_int(f"{section}.{key}", data[key])
+    if DOMAIN_USED_KEY in data:
+        kwargs[DOMAIN_USED_KEY] = _domain_used(section, data[DOMAIN_USED_KEY], kwargs["nvlink_domain_size"])
     sources = data.get("sources", {})
     if not isinstance(sources, dict):
         raise SpecError(f"{section}.sources", sources, "a mapping of field to source")
     kwargs["sources"] = tuple((str(k), str(v)) for k, v in sources.items())
     return GPUSpec(**kwargs)
+
+
+def _domain_used(section: str, value: Any, domain_size: int) -> int:
+    """``gpus_per_nvlink_domain_used``: an integer in [1, ``nvlink_domain_size``]."""
+    return require_int(f"{section}.{DOMAIN_USED_KEY}", value, maximum=domain_size)
 
 
 # Figures a run spec may not override, and why: nothing they would change is modelled from them.
@@ -126,7 +140,9 @@ def override_gpu(gpu: GPUSpec, overrides: dict[str, Any], section: str = "cluste
     - ``hbm_bandwidth_GBps``: memory-bound kernels, the optimizer step, memory-bound GEMMs/attention;
     - ``hbm_capacity_GiB``: usable memory, hence which runs fit;
     - ``intra_node_*`` / ``inter_node_*``: collectives inside / across scale-up domains;
-    - ``nvlink_domain_size``: which groups stay inside a domain, and the TP-within-domain rule.
+    - ``nvlink_domain_size``: which groups stay inside a domain, and the TP-within-domain rule;
+    - ``gpus_per_nvlink_domain_used``: how many GPUs of each domain the job's ranks fill
+      (``costmodel.comm.placement``), hence which groups cross the NIC.
 
     ``num_sms`` and the fp32/tf32 peaks are refused (``NOT_OVERRIDABLE``, ``UNUSED_PEAK_DTYPES``).
     """
@@ -152,9 +168,14 @@ def override_gpu(gpu: GPUSpec, overrides: dict[str, Any], section: str = "cluste
                                            strict=not key.endswith("latency_us")) * factor
         elif key in GPU_INT_FIELDS:
             changes[key] = require_int(f"{section}.{key}", value)
+        elif key == DOMAIN_USED_KEY:
+            changes[key] = value  # checked below against the (possibly overridden) domain size
         else:  # pragma: no cover - callers filter keys first
             raise SpecError(f"{section}.{key}", key, "a GPU figure")
         sources[key] = "run spec override"
+    if DOMAIN_USED_KEY in changes:
+        domain = changes.get("nvlink_domain_size", gpu.nvlink_domain_size)
+        changes[DOMAIN_USED_KEY] = _domain_used(section, changes[DOMAIN_USED_KEY], domain)
     return replace(gpu, sources=tuple(sources.items()), **changes)
 
 
@@ -168,7 +189,7 @@ DEFAULT_MEMORY_RESERVE_GIB = 2.0
 DEFAULT_FRAGMENTATION_FRACTION = 0.05
 CLUSTER_KEYS = frozenset({"gpu", "num_gpus", "gpus_per_node", "memory_reserve_GiB",
                           "fragmentation_fraction", *GPU_FIELDS, "peak_tflops", "num_sms",
-                          "nvlink_domain_size"})
+                          "nvlink_domain_size", DOMAIN_USED_KEY})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +219,15 @@ class ClusterSpec:
     def nvlink_domain_size(self) -> int:
         """GPUs that share one scale-up domain (a node, or a rack for NVL72; PCIe for GPUs without NVLink)."""
         return min(self.gpu.nvlink_domain_size, self.num_gpus)
+
+    @property
+    def gpus_per_nvlink_domain_used(self) -> int:
+        """GPUs of each scale-up domain the job's ranks fill: the catalog's figure (NVL72: 64 of 72,
+        ``costmodel/catalog/gpus.yaml``) or a run-spec override, never more than the domain; the
+        whole domain where the catalog gives none."""
+        domain = self.gpu.nvlink_domain_size
+        used = self.gpu.gpus_per_nvlink_domain_used
+        return domain if used is None else min(used, domain)
 
     @property
     def usable_memory_bytes(self) -> float:

@@ -53,6 +53,7 @@ CASES = [
     ("nvlink_domain_size", {"nvlink_domain_size": 16}, {"tp": 16, "allow_tp_across_nodes": True},
      "tp_comm_s", -1),
     ("gpus_per_node", {"gpus_per_node": 4}, {}, "tp_comm_s", +1),  # fewer per node: tp 8 crosses nodes
+    ("gpus_per_nvlink_domain_used", {"gpus_per_nvlink_domain_used": 4}, {}, "tp_comm_s", +1),  # 4 of 8 used
     ("hbm_capacity_GiB", {"hbm_capacity_GiB": 160}, {}, "usable_memory_gib", +1),
     ("memory_reserve_GiB", {"memory_reserve_GiB": 8}, {}, "usable_memory_gib", -1),
     ("fragmentation_fraction", {"fragmentation_fraction": 0.2}, {}, "usable_memory_gib", -1),
