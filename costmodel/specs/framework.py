@@ -97,6 +97,9 @@ class Framework:
     """ZeRO stages the framework implements (1 = distributed optimizer, 3 = FSDP)."""
     zero_stages_with_pp: tuple[int, ...] = (0, 1, 3)
     """ZeRO stages it accepts together with pipeline parallelism (pp > 1)."""
+    hsdp_zero_stages: tuple[int, ...] = ()
+    """ZeRO stages it can shard within a group of data-parallel ranks and replicate across groups
+    (``Strategy.hsdp_shard_size``, hybrid sharded data parallelism); empty: none."""
     supports_fp16: bool = True
     """Whether fp16 (loss-scaled) training is supported."""
     supports_tp_comm_overlap: bool = True
@@ -116,7 +119,7 @@ class Framework:
                      "distributed_optimizer", "fp8_weight_cache", "fp8_param_gather", "supports_fp16", "supports_tp_comm_overlap",
                      "moe_shared_expert_overlap", "moe_a2a_overlap"):
             require_bool(f"{where}.{name}", getattr(self, name))
-        for name in ("zero_stages", "zero_stages_with_pp"):
+        for name in ("zero_stages", "zero_stages_with_pp", "hsdp_zero_stages"):
             stages = getattr(self, name)
             if not isinstance(stages, tuple) or not set(stages) <= {0, 1, 2, 3}:
                 raise SpecError(f"{where}.{name}", stages, "a list of ZeRO stages among 0, 1, 2, 3")
@@ -134,7 +137,7 @@ class Framework:
 
 FIELD_NAMES = frozenset(f.name for f in fields(Framework))
 _FILE_KEYS = FIELD_NAMES | {"inherits", "sources", "aliases"}
-_TUPLE_FIELDS = ("zero_stages", "zero_stages_with_pp")
+_TUPLE_FIELDS = ("zero_stages", "zero_stages_with_pp", "hsdp_zero_stages")
 
 
 def _read_file(name: str) -> dict[str, Any]:

@@ -53,6 +53,13 @@ class Strategy:
     ``first_stage_layers`` / ``last_stage_layers`` (``--decoder-first/last-pipeline-num-layers``);
     ``account_for_embedding`` / ``account_for_loss`` (``--account-for-embedding/loss-in-pipeline-split``).
     With none set, a ``pp`` that does not divide the layers takes the default first/last-stage split.
+
+    ``hsdp_shard_size`` (hybrid sharded data parallelism): the data-parallel ranks (of the
+    ``dp * cp`` gradient-sync group) one ZeRO shard spans; the ``dp * cp / hsdp_shard_size``
+    groups replicate it. 0 (default): shard over all of them. Smaller groups keep the
+    parameter gathers inside a node and add an all-reduce of the gradient shard across the
+    replicas (torchtitan ``data_parallel_shard_degree``, Megatron-LM
+    ``--num-distributed-optimizer-instances``, DeepSpeed ``mics_shard_size``).
     """
 
     tp: int = 1
@@ -84,6 +91,7 @@ class Strategy:
     last_stage_layers: int | None = None
     account_for_embedding: bool = False
     account_for_loss: bool = False
+    hsdp_shard_size: int = 0
 
     def __post_init__(self) -> None:
         if self.sequence_parallel is None:  # Megatron-Core / NeMo recipes turn it on whenever tp > 1
@@ -93,6 +101,7 @@ class Strategy:
         require_choice("strategy.recompute", self.recompute, RECOMPUTE)
         require_choice("strategy.precision", self.precision, PRECISIONS)
         require_choice("strategy.cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
+        require_int("strategy.hsdp_shard_size", self.hsdp_shard_size, minimum=0)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
             raise SpecError("strategy.zero_stage", self.zero_stage, "one of 0, 1, 2, 3")
         for name in ("sequence_parallel", "flash_attention", "allow_tp_across_nodes", "tp_comm_overlap",
@@ -163,6 +172,16 @@ class Strategy:
     def num_microbatches(self) -> int:
         """Micro-batches each DP replica runs per step (floored; rules flag a remainder)."""
         return max(1, self.global_batch_size // (self.micro_batch_size * self.dp))
+
+    @property
+    def shard_group_size(self) -> int:
+        """Data-parallel ranks one ZeRO shard spans: ``hsdp_shard_size``, or all ``dp * cp``."""
+        return self.hsdp_shard_size or self.dp * self.cp
+
+    @property
+    def shard_replicas(self) -> int:
+        """Groups that hold the same ZeRO shard (HSDP replicas; 1 without HSDP)."""
+        return max(1, (self.dp * self.cp) // self.shard_group_size)
 
     @property
     def expert_tensor_parallel_size(self) -> int:
