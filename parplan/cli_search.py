@@ -17,10 +17,11 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
+from constraints.oom import default_memory_margin
 from costmodel.specs.catalog import get_gpu, get_model
 from costmodel.specs.errors import SpecError
 from parplan._json import dumps
-from parplan._argtypes import int_list, jobs, positive_int, positive_number, seed
+from parplan._argtypes import int_list, jobs, number_in, positive_int, positive_number, seed
 from search import (
     KNOBS,
     Budget,
@@ -36,6 +37,7 @@ from search import (
     strategy_label,
 )
 from search.budget import human_days
+from search.space import MAX_MEMORY_MARGIN
 from search.objective import search_timer
 from search.progress import SearchProgress
 from search.storage import check_storage_url
@@ -88,6 +90,10 @@ def register(subparsers: Any) -> None:
                      help="default tpe (nsga2 for --objective pareto); exhaustive sweeps every legal strategy")
     how.add_argument("--trials", type=positive_int, default=None, help="trials in total (default 200; 300 for nsga2)")
     how.add_argument("--seed", type=seed, default=0)
+    how.add_argument("--memory-margin", type=number_in(0.0, MAX_MEMORY_MARGIN, strict=False),
+                     default=default_memory_margin(), metavar="FRACTION",
+                     help="fraction of usable memory a pick must leave free (default %(default).3f: "
+                          "an oom_probability of at most 0.2 at the limit, constraints/oom.py)")
     how.add_argument("--jobs", type=jobs, default=-1, help="processes for the exhaustive sweep (default: all CPUs)")
     how.add_argument("--top", type=positive_int, default=5, help="strategies to list")
     how.add_argument("--profile", metavar="DIR", default=None, help="a profile directory from `parplan profile`")
@@ -143,7 +149,8 @@ def problem_from_args(args: argparse.Namespace, num_gpus: int) -> SearchProblem:
     return SearchProblem(model=model, gpu=gpu, num_gpus=num_gpus, global_batch_size=batch, seq_length=seq,
                          gpus_per_node=args.gpus_per_node, fixed=tuple(fixed.items()), allowed=tuple(allowed.items()),
                          max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_ep=args.max_ep,
-                         max_vpp=args.max_vpp, max_micro_batch_size=args.max_micro_batch_size)
+                         max_vpp=args.max_vpp, max_micro_batch_size=args.max_micro_batch_size,
+                         memory_margin=args.memory_margin)
 
 
 def _counts(args: argparse.Namespace) -> list[int]:
@@ -334,9 +341,12 @@ def _print_result(result: SearchResult, top: int) -> None:
     for i, e in enumerate(ranked, 1):
         b = dict(e.breakdown)
         rows.append([str(i), strategy_label(e.strategy), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:.0f}",
-                     f"{e.mfu:.3f}", f"{e.peak_memory_gib:.1f}"]
+                     f"{e.mfu:.3f}", f"{e.peak_memory_gib:.1f}", f"{e.headroom_gib:.1f}", f"{e.oom_probability:.3f}"]
                     + [f"{b.get(k, 0.0):.3f}" for k, _ in BREAKDOWN_COLUMNS])
-    _table(rows, ["#", "strategy", "step s", "tok/s/GPU", "MFU", "mem GiB"] + [h for _, h in BREAKDOWN_COLUMNS])
+    _table(rows, ["#", "strategy", "step s", "tok/s/GPU", "MFU", "mem GiB", "headroom GiB", "P(OOM)"]
+           + [h for _, h in BREAKDOWN_COLUMNS])
+    print(f"(feasible: at least {p.memory_margin:.1%} of usable memory left free; "
+          "P(OOM) from constraints/oom.py)")
     if result.objective == "pareto":
         print("(Pareto front: each row is faster than the next or needs less memory)")
     for line in result.why_not():

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from constraints import check
+from constraints.oom import oom_probability
 from costmodel.compute import distinct_stages, stage_ops_key
 from costmodel.decompose import stage_ops
 from costmodel.ops import Op
@@ -59,6 +60,8 @@ class Evaluation:
     tokens_per_s_per_gpu: float | None = None
     mfu: float | None = None
     breakdown: tuple[tuple[str, float], ...] = field(default=())
+    memory_margin: float = 0.0
+    """Fraction of usable memory the search kept free (``SearchProblem.memory_margin``)."""
 
     @property
     def feasible(self) -> bool:
@@ -66,8 +69,18 @@ class Evaluation:
 
     @property
     def memory_excess_gib(self) -> float:
-        """GiB over the usable memory (0 when it fits)."""
-        return max(0.0, self.peak_memory_gib - self.usable_memory_gib)
+        """GiB over the memory budget, usable memory less the margin (0 when it fits)."""
+        return max(0.0, self.peak_memory_gib - self.usable_memory_gib * (1.0 - self.memory_margin))
+
+    @property
+    def headroom_gib(self) -> float:
+        """Usable memory left at the peak (negative: over the limit), margin not subtracted."""
+        return self.usable_memory_gib - self.peak_memory_gib
+
+    @property
+    def oom_probability(self) -> float:
+        """P(the true peak exceeds usable memory), ``constraints.oom``."""
+        return oom_probability(self.peak_memory_gib, self.usable_memory_gib)
 
     @property
     def violation(self) -> float:
@@ -93,6 +106,8 @@ class Evaluation:
             "mfu": self.mfu,
             "peak_memory_gib": self.peak_memory_gib,
             "usable_memory_gib": self.usable_memory_gib,
+            "headroom_gib": self.headroom_gib,
+            "oom_probability": self.oom_probability,
             "breakdown": dict(self.breakdown),
         }
 
@@ -134,23 +149,27 @@ class Evaluator:
         if hit is not None:
             return hit
         run = self.problem.run(strategy)
-        verdict = check(run)
+        margin = self.problem.memory_margin
+        verdict = check(run, margin)
         usable = float(verdict.usable_bytes / GiB)
         if not verdict.fits:
-            result = Evaluation(strategy, verdict.violations, float(verdict.peak_memory_gib), usable)
+            result = Evaluation(strategy, verdict.violations, float(verdict.peak_memory_gib), usable,
+                                memory_margin=margin)
         else:
             step = predict_step(run, self.timer)
             rates = throughput(run, step.step_time_s)
             result = Evaluation(strategy, (), float(verdict.peak_memory_gib), usable, float(step.step_time_s),
                                 float(rates["tokens_per_s_per_gpu"]), float(rates["mfu"]),
-                                tuple((k, float(v)) for k, v in step.breakdown.items()))
+                                tuple((k, float(v)) for k, v in step.breakdown.items()), memory_margin=margin)
         self.cache[strategy] = result
         return result
 
     def fits(self, strategy: Strategy) -> bool:
         """Whether ``strategy`` passes the rules and the memory model (no time prediction, no memo entry)."""
         hit = self.cache.get(strategy)
-        return hit.feasible if hit is not None else check(self.problem.run(strategy)).fits
+        if hit is not None:
+            return hit.feasible
+        return check(self.problem.run(strategy), self.problem.memory_margin).fits
 
     def evaluate_many(self, strategies: Iterable[Strategy]) -> list[Evaluation]:
         """Evaluate ``strategies``, timing the operators of all the feasible ones in one batch first."""
@@ -159,12 +178,12 @@ class Evaluator:
         runs = []
         for strategy in fresh:
             run = self.problem.run(strategy)
-            verdict = check(run)
+            verdict = check(run, self.problem.memory_margin)
             if verdict.fits:
                 runs.append(run)
             else:
                 self.cache[strategy] = Evaluation(strategy, verdict.violations, verdict.peak_memory_gib,
-                                                  verdict.usable_bytes / GiB)
+                                                  verdict.usable_bytes / GiB, memory_margin=self.problem.memory_margin)
         prewarm(runs, self.timer)
         return [self.evaluate(s) for s in strategies]
 

@@ -138,9 +138,10 @@ def first_fitting(problem: SearchProblem) -> Evaluation | None:
     except SpecError:
         return None
     for strategy in sorted(space, key=_memory_friendly_first):
-        verdict = check(problem.run(strategy))
+        verdict = check(problem.run(strategy), problem.memory_margin)
         if verdict.fits:
-            return Evaluation(strategy, (), verdict.peak_memory_gib, verdict.usable_bytes / 2**30)
+            return Evaluation(strategy, (), verdict.peak_memory_gib, verdict.usable_bytes / 2**30,
+                              memory_margin=problem.memory_margin)
     return None
 
 

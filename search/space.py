@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
-from costmodel.specs.errors import SpecError, require_int
+from costmodel.specs.errors import SpecError, require_int, require_number
 from costmodel.specs.framework import DEFAULT_FRAMEWORK, Framework, get_framework
 from costmodel.specs.gpu import ClusterSpec, GPUSpec
 from costmodel.specs.model import ModelSpec
@@ -40,6 +40,9 @@ KNOBS: tuple[str, ...] = LAYOUT_KNOBS + SEARCHED_SETTINGS + SWITCHES
 _INT_KNOBS = frozenset({"tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch_size", "zero_stage"})
 _BOOL_KNOBS = frozenset({"sequence_parallel", *SWITCHES})
 _DEFAULTS = {f.name: f.default for f in fields(Strategy)}
+
+MAX_MEMORY_MARGIN = 0.9
+"""Largest ``memory_margin`` (a fraction; 1 would leave no budget at all)."""
 
 Layout = tuple[int, int, int, int, int, int, int, bool]
 """(tp, pp, cp, dp, micro_batch_size, vpp, ep, sequence_parallel), in ``LAYOUT_KNOBS`` order."""
@@ -134,6 +137,9 @@ class SearchProblem(SearchBounds):
     framework : Framework, optional
         The framework the job launches under (default Megatron-Core); its forbidden
         combinations are rule violations.
+    memory_margin : float
+        Fraction of usable memory a strategy must leave free to count as feasible
+        (``constraints.check``); 0 here, ``constraints.oom.default_memory_margin()`` on the CLI.
     max_tp, max_pp, max_cp, max_ep, max_vpp, max_micro_batch_size : int, optional
         Upper bounds (:class:`SearchBounds`); raise them (``--max-cp`` ...) for
         long sequences or small models.
@@ -148,10 +154,12 @@ class SearchProblem(SearchBounds):
     fixed: tuple[tuple[str, Any], ...] = ()
     allowed: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     framework: Framework = field(default_factory=lambda: get_framework(DEFAULT_FRAMEWORK))
+    memory_margin: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("num_gpus", "global_batch_size", "seq_length"):
             require_int(name, getattr(self, name))
+        require_number("memory_margin", self.memory_margin, strict=False, maximum=MAX_MEMORY_MARGIN)
         object.__setattr__(self, "fixed", _freeze(self.fixed))
         object.__setattr__(self, "allowed", tuple((k, tuple(v)) for k, v in _freeze(self.allowed)))
         for knob, _ in self.fixed:
@@ -196,7 +204,7 @@ class SearchProblem(SearchBounds):
             "model": self.model.name, "gpu": self.gpu.name, "num_gpus": self.num_gpus,
             "gpus_per_node": self.cluster.gpus_per_node, "global_batch_size": self.global_batch_size,
             "seq_length": self.seq_length, "fixed": dict(self.fixed),
-            "allowed": {k: list(v) for k, v in self.allowed},
+            "allowed": {k: list(v) for k, v in self.allowed}, "memory_margin": self.memory_margin,
             "bounds": {name: getattr(self, name) for name in ("max_tp", "max_pp", "max_cp", "max_ep",
                                                                 "max_vpp", "max_micro_batch_size")},
         }

@@ -90,7 +90,8 @@ class Problem:
         s = self.search
         return SearchProblem(model=self.model, gpu=get_gpu(self.gpu), num_gpus=self.num_gpus,
                              global_batch_size=self.global_batch_size, seq_length=self.seq_length,
-                             gpus_per_node=self.gpus_per_node, fixed=s.fixed, allowed=s.allowed, **s.bounds)
+                             gpus_per_node=self.gpus_per_node, fixed=s.fixed, allowed=s.allowed, **s.bounds,
+                             **({} if s.memory_margin is None else {"memory_margin": s.memory_margin}))
 
     def describe(self) -> dict[str, Any]:
         """The identifying columns of a result row."""

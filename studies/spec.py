@@ -40,19 +40,21 @@ from costmodel.specs.errors import (
     require_bool,
     require_choice,
     require_int,
+    require_number,
 )
 from costmodel.specs.model import ModelSpec, model_from_mapping
 from costmodel.specs.runspec import MAX_NUM_GPUS
 from costmodel.specs.userfile import read_user_file
 from search.objective import OBJECTIVES
 from search.samplers import SAMPLERS
-from search.space import BOUND_NAMES, KNOBS, SearchBounds, parse_knob_value
+from search.space import BOUND_NAMES, KNOBS, MAX_MEMORY_MARGIN, SearchBounds, parse_knob_value
 
 # Llama 3 trained 405B with an initial batch of 4M tokens (Dubey et al. 2024, arXiv:2407.21783, section 3.4.1).
 DEFAULT_TOKENS_PER_STEP = 4 * 1024**2
 STUDY_KEYS = frozenset({"name", "description", "models", "gpus", "gpu_counts", "gpus_per_node", "batch",
                         "seq_length", "search", "outputs"})
-SEARCH_KEYS = frozenset({"sampler", "objective", "trials", "seed", "fix", "allow", "profile", *BOUND_NAMES})
+SEARCH_KEYS = frozenset({"sampler", "objective", "trials", "seed", "fix", "allow", "profile", "memory_margin",
+                         *BOUND_NAMES})
 OUTPUT_KEYS = frozenset({"dir", "top_k"})
 BATCH_KEYS = frozenset({"global_batch_size", "tokens_per_step"})
 RANGE_KEYS = frozenset({"min", "max", "factor", "step"})
@@ -77,6 +79,9 @@ class SearchSettings(SearchBounds):
         Knobs held at one value / restricted to values (as ``parplan search --fix/--allow``).
     profile : str, optional
         Absolute path of a user profile directory instead of each GPU's built-in one.
+    memory_margin : float, optional
+        Fraction of usable memory a pick must leave free (``SearchProblem.memory_margin``);
+        ``None`` keeps the search's default of none and the problems' stored keys.
     max_tp, max_pp, max_cp, max_ep, max_vpp, max_micro_batch_size : int, optional
         Bounds of the space (:class:`search.space.SearchBounds`).
     """
@@ -88,9 +93,12 @@ class SearchSettings(SearchBounds):
     fixed: tuple[tuple[str, Any], ...] = ()
     allowed: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     profile: str | None = None
+    memory_margin: float | None = None
 
     def __post_init__(self) -> None:
         require_choice("search.sampler", self.sampler, SAMPLERS)
+        if self.memory_margin is not None:
+            require_number("search.memory_margin", self.memory_margin, strict=False, maximum=MAX_MEMORY_MARGIN)
         require_choice("search.objective", self.objective, OBJECTIVES)
         if self.trials is not None:
             require_int("search.trials", self.trials)
@@ -103,7 +111,9 @@ class SearchSettings(SearchBounds):
     def to_dict(self) -> dict[str, Any]:
         return {"sampler": self.sampler, "objective": self.objective, "trials": self.trials, "seed": self.seed,
                 "fix": dict(self.fixed), "allow": {k: list(v) for k, v in self.allowed},
-                "profile": self.profile, **self.bounds}
+                "profile": self.profile, **self.bounds,
+                # only when set, so that the stored keys of studies without it do not change
+                **({} if self.memory_margin is None else {"memory_margin": self.memory_margin})}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -396,7 +406,7 @@ def _search(value: Any, base: Path) -> SearchSettings:
     return SearchSettings(sampler=sampler, objective=objective, trials=data.get("trials"),
                           seed=data.get("seed", 0), fixed=_knob_values("search.fix", data.get("fix"), single=True),
                           allowed=_knob_values("search.allow", data.get("allow"), single=False),
-                          profile=profile, **kwargs)
+                          profile=profile, memory_margin=data.get("memory_margin"), **kwargs)
 
 
 def _knob_values(section: str, value: Any, single: bool) -> tuple[tuple[str, Any], ...]:
