@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from costmodel.specs.catalog import get_gpu, get_model, model_catalog
+from costmodel.specs.catalog import get_gpu, model_catalog
 from costmodel.specs.errors import (
     MAX_INT,
     SpecError,
@@ -42,7 +42,8 @@ from costmodel.specs.errors import (
     require_int,
     require_number,
 )
-from costmodel.specs.model import ModelSpec, model_from_mapping
+from costmodel.specs.model import ModelSpec
+from costmodel.specs.model_source import parse_model
 from costmodel.specs.runspec import MAX_NUM_GPUS
 from costmodel.specs.userfile import read_user_file
 from search.objective import OBJECTIVES
@@ -314,29 +315,9 @@ def _models(value: Any, base: Path) -> tuple[ModelSpec, ...]:
             if not matched:
                 raise SpecError(section, item, "a pattern matching at least one catalog model")
             out.extend(sorted(matched, key=lambda m: (m.num_params, m.name)))
-        elif isinstance(item, str):
-            out.append(get_model(item))
-        elif isinstance(item, dict) and "hf_config" in item:
-            out.append(_hf_model(section, item, base))
-        elif isinstance(item, dict):
-            out.append(model_from_mapping(dict(item), section=section))
-        else:
-            raise SpecError(section, item, "a catalog name or pattern, {hf_config: path} or a mapping of model "
-                                           "fields")
+        else:  # one model parser for run specs, studies and `parplan search --model`
+            out.append(parse_model(item, base, section=section)[0])
     return tuple(out)
-
-
-def _hf_model(section: str, item: dict[str, Any], base: Path) -> ModelSpec:
-    from costmodel.specs.hf_config import model_from_hf_config
-
-    reject_unknown_keys(section, item, frozenset({"hf_config", "seq_length"}))
-    path = item["hf_config"]
-    if not isinstance(path, str):
-        raise SpecError(f"{section}.hf_config", path, "a path to a config.json or a folder holding one")
-    seq = item.get("seq_length")
-    if seq is not None:
-        require_int(f"{section}.seq_length", seq)
-    return model_from_hf_config(_resolve(base, path), seq_length=seq)
 
 
 def _int_list(section: str, value: Any, maximum: int = MAX_INT) -> list[int]:

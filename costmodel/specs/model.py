@@ -42,6 +42,11 @@ class ModelSpec:
     ``full_attention_every``-th one (0: every layer is windowed; GPT-OSS
     alternates with 2). ``mtp_num_layers`` multi-token-prediction layers
     (DeepSeek-V3) sit after the stack and share its embedding and head.
+    ``qk_norm_per_head`` false normalises the whole query and key projections
+    (OLMo 2) instead of each head. ``sandwich_norm`` adds a norm after
+    attention and after the MLP besides the two pre-norms (Gemma 2/3: four per
+    layer). ``attention_sinks`` adds one learned sink logit per head and layer,
+    ``moe_router_bias`` a bias on the router (both GPT-OSS).
     """
 
     name: str
@@ -75,6 +80,10 @@ class ModelSpec:
     sliding_window: int = 0
     full_attention_every: int = 0
     mtp_num_layers: int = 0
+    qk_norm_per_head: bool = True
+    sandwich_norm: bool = False
+    attention_sinks: bool = False
+    moe_router_bias: bool = False
     source: str = field(default="", compare=False)
     published_params: float | None = field(default=None, compare=False)
     published_params_source: str = field(default="", compare=False)
@@ -110,7 +119,8 @@ class ModelSpec:
         require_choice("model.activation", self.activation, ACTIVATIONS)
         require_choice("model.normalization", self.normalization, NORMALIZATIONS)
         require_choice("model.position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
-        for name in ("tie_embeddings", "add_bias_linear", "add_qkv_bias", "dropout", "qk_norm"):
+        for name in ("tie_embeddings", "add_bias_linear", "add_qkv_bias", "dropout", "qk_norm", "qk_norm_per_head",
+                     "sandwich_norm", "attention_sinks", "moe_router_bias"):
             require_bool(f"model.{name}", getattr(self, name))
         if self.full_attention_every and not self.sliding_window:
             raise SpecError("model.full_attention_every", self.full_attention_every,
@@ -240,8 +250,12 @@ class ModelSpec:
             n += h
         if self.is_mla:  # the RMSNorms on the q and kv latents
             n += self._norm_width_params(self.q_lora_rank) + self._norm_width_params(self.kv_lora_rank)
-        if self.qk_norm:
+        if self.qk_norm and self.qk_norm_per_head:
             n += 2 * self._norm_width_params(self.head_dim)  # type: ignore[arg-type]
+        elif self.qk_norm:
+            n += self._norm_width_params(self.q_size) + self._norm_width_params(self.kv_size)
+        if self.attention_sinks:
+            n += self.num_attention_heads
         return n
 
     def mlp_params(self, ffn: int) -> int:
@@ -255,6 +269,11 @@ class ModelSpec:
     def norm_params(self) -> int:
         """Parameters of one normalisation layer."""
         return self._norm_width_params(self.hidden_size)
+
+    @property
+    def norms_per_layer(self) -> int:
+        """Hidden-width norms in one transformer layer: 2 pre-norms, 4 with ``sandwich_norm``."""
+        return 4 if self.sandwich_norm else 2
 
     def _norm_width_params(self, width: int) -> int:
         return 2 * width if self.normalization == "layernorm" else width
@@ -273,13 +292,14 @@ class ModelSpec:
         """Parameters of one MoE MLP block: router, routed and shared experts."""
         experts = self.moe_router_topk if active else self.num_experts
         ffn = self.moe_ffn_hidden_size  # resolved in __post_init__
-        return (self.hidden_size * self.num_experts
+        router = (self.hidden_size + self.moe_router_bias) * self.num_experts
+        return (router
                 + (experts + self.num_shared_experts) * self.mlp_params(ffn))  # type: ignore[arg-type]
 
     def layer_params(self, moe: bool = False, active: bool = False) -> int:
-        """Parameters of one transformer layer (two norms, attention, MLP)."""
+        """Parameters of one transformer layer (its norms, attention, MLP)."""
         mlp = self.moe_mlp_params(active) if moe else self.mlp_params(self.ffn_hidden_size)  # type: ignore[arg-type]
-        return 2 * self.norm_params() + self.attention_params() + mlp
+        return self.norms_per_layer * self.norm_params() + self.attention_params() + mlp
 
     def embedding_params(self) -> int:
         """Word embedding plus learned position embedding, if any."""

@@ -44,27 +44,16 @@ class RunSpec:
 
 
 def resolve_model(value: Any, base_dir: Path | None = None) -> ModelSpec:
-    """A catalog name, an inline mapping, or ``{hf_config: path}``."""
+    """A catalog name, a model file, an inline mapping, or ``{hf_config: path, ...}`` (``model_source``)."""
     return _model_and_notes(value, base_dir)[0]
 
 
-def _model_and_notes(value: Any, base_dir: Path | None) -> tuple[ModelSpec, tuple[str, ...]]:
-    """The model and, for an HF config, the notes on the keys it does not model."""
-    if isinstance(value, str):
-        return get_model(value), ()
-    if isinstance(value, dict) and "hf_config" in value:
-        reject_unknown_keys("model", value, frozenset({"hf_config"}))
-        from costmodel.specs.hf_config import read_hf_model
+def _model_and_notes(value: Any, base_dir: Path | None,
+                     seq_length: int | None = None) -> tuple[ModelSpec, tuple[str, ...]]:
+    """The model and, for an HF config, the notes on the keys it does not model (``model_source``)."""
+    from costmodel.specs.model_source import parse_model
 
-        if not isinstance(value["hf_config"], str):
-            raise SpecError("model.hf_config", value["hf_config"], "a path to a config.json or a folder holding one")
-        path = Path(value["hf_config"])
-        if base_dir is not None and not path.is_absolute():
-            path = base_dir / path
-        return read_hf_model(path)
-    if isinstance(value, dict):
-        return model_from_mapping(value), ()
-    raise SpecError("model", value, "a catalog name, a mapping of model fields or {hf_config: path}")
+    return parse_model(value, base_dir, seq_length=seq_length)
 
 
 def resolve_cluster(value: Any) -> ClusterSpec:
@@ -123,7 +112,8 @@ def run_spec_from_mapping(data: Any, base_dir: Path | None = None) -> RunSpec:
     for key in ("model", "cluster"):
         if key not in data:
             raise SpecError(key, None, "given")
-    model, notes = _model_and_notes(data["model"], base_dir)
+    given_seq = data.get("seq_length")
+    model, notes = _model_and_notes(data["model"], base_dir, given_seq if isinstance(given_seq, int) else None)
     cluster = resolve_cluster(data["cluster"])
     strategy = resolve_strategy(data.get("strategy"), cluster.num_gpus)
     seq = data.get("seq_length", model.seq_length)

@@ -17,6 +17,8 @@ from costmodel.specs.errors import SpecError
 from costmodel.specs.hf_config import model_from_hf_config, read_hf_model
 from costmodel.specs.notices import ParplanWarning
 
+FIXTURES = Path(__file__).parent / "hf_configs"
+
 # Hugging Face config.json contents (as published on the Hub, trimmed of nothing relevant).
 LLAMA31_8B: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
@@ -156,7 +158,7 @@ def test_mixtral_active_params(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name, config, seq_length", [
     ("llama3.1-8b", LLAMA31_8B, 8192),
-    ("mixtral-8x7b", MIXTRAL_8X7B, None),
+    ("mixtral-8x7b", MIXTRAL_8X7B, 32768),
     ("qwen2.5-7b", QWEN25_7B, 4096),
     ("gpt-neox-20b", GPT_NEOX_20B, None),
     ("bloom-176b", BLOOM_176B, None),
@@ -179,10 +181,18 @@ def test_llama_fields(tmp_path: Path) -> None:
     assert not (model.tie_embeddings or model.add_bias_linear or model.add_qkv_bias)
 
 
-def test_default_seq_length_is_config_context(tmp_path: Path) -> None:
-    assert model_from_hf_config(write_config(tmp_path / "l", LLAMA31_8B)).seq_length == 131072
-    assert model_from_hf_config(write_config(tmp_path / "g", GPT2)).seq_length == 1024
-    assert model_from_hf_config(write_config(tmp_path / "b", BLOOM_560M)).seq_length == 2048
+def test_default_seq_length_is_explicit_and_warned(tmp_path: Path) -> None:
+    # Not Llama 3.1's max_position_embeddings (131,072): 4096, capped by a shorter context.
+    for name, config, seq in (("l", LLAMA31_8B, 4096), ("g", GPT2, 1024), ("b", BLOOM_560M, 2048)):
+        with pytest.warns(ParplanWarning, match="no seq_length given"):
+            model, notes = read_hf_model(write_config(tmp_path / name, config))
+        assert model.seq_length == seq
+        assert any(f"{seq} tokens assumed" in n for n in notes)
+
+
+def test_given_seq_length_is_not_warned(tmp_path: Path, recwarn: pytest.WarningsRecorder) -> None:
+    assert read_hf_model(write_config(tmp_path / "l", LLAMA31_8B), seq_length=8192)[1] == ()
+    assert not recwarn.list
 
 
 def test_gpt2_fields(tmp_path: Path) -> None:
@@ -224,10 +234,10 @@ def test_mistral_is_llama_shaped(tmp_path: Path) -> None:
               "sliding_window": 4096, "rope_theta": 10000.0}
     for key in ("num_local_experts", "num_experts_per_tok"):
         del config[key]
-    with pytest.warns(ParplanWarning, match="sliding_window"):
-        model = model_from_hf_config(write_config(tmp_path / "m", config), seq_length=8192)
+    model = model_from_hf_config(write_config(tmp_path / "m", config), seq_length=8192)
     assert model.num_params == 7_241_732_096
-    assert replace(model, name="mistral-7b", max_position_embeddings=32768) == get_model("mistral-7b")
+    assert (model.sliding_window, model.full_attention_every) == (4096, 0)
+    assert replace(model, name="mistral-7b", max_position_embeddings=32768, sliding_window=0) == get_model("mistral-7b")
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -262,7 +272,8 @@ def test_unsupported_model_type(tmp_path: Path) -> None:
         model_from_hf_config(write_config(tmp_path, {"model_type": "t5", "d_model": 512}))
     assert info.value.field == "model.hf_config.model_type"
     assert info.value.value == "t5"
-    assert info.value.allowed == "one of bloom, gpt2, gpt_neox, llama, mistral, mixtral, opt, qwen2"
+    assert info.value.allowed == ("one of bloom, deepseek_v3, gemma2, gemma3, gemma3_text, gpt2, gpt_neox, gpt_oss, "
+                                  "llama, mistral, mixtral, olmo2, opt, phi3, qwen2, qwen3, qwen3_moe")
 
 
 def test_missing_model_type(tmp_path: Path) -> None:
@@ -301,50 +312,59 @@ MISTRAL_7B_V01: dict[str, Any] = {  # mistralai/Mistral-7B-v0.1 config.json (the
 }
 
 
-def test_mistral_sliding_window_is_warned_not_silently_ignored(tmp_path: Path) -> None:
-    with pytest.warns(ParplanWarning, match=r"model.hf_config.sliding_window=4096 is not modelled"):
-        model, notes = read_hf_model(write_config(tmp_path / "m", MISTRAL_7B_V01), seq_length=8192)
-    assert len(notes) == 1 and "full causal attention" in notes[0]
+def test_mistral_sliding_window_is_modelled(tmp_path: Path, recwarn: pytest.WarningsRecorder) -> None:
+    model, notes = read_hf_model(write_config(tmp_path / "m", MISTRAL_7B_V01), seq_length=8192)
+    assert (model.sliding_window, model.full_attention_every, model.num_full_attention_layers) == (4096, 0, 0)
+    assert notes == () and not recwarn.list
     assert model.num_params == 7_241_732_096
 
 
 @pytest.mark.parametrize("config", [MIXTRAL_8X7B, QWEN25_7B, LLAMA31_8B], ids=["null", "qwen-off", "absent"])
-def test_no_warning_when_no_window_is_in_effect(tmp_path: Path, config: dict[str, Any],
-                                                recwarn: pytest.WarningsRecorder) -> None:
+def test_no_window_when_none_is_in_effect(tmp_path: Path, config: dict[str, Any],
+                                          recwarn: pytest.WarningsRecorder) -> None:
     # Mixtral states sliding_window: null; Qwen2.5 states a window but use_sliding_window: false.
-    assert read_hf_model(write_config(tmp_path / "c", config))[1] == ()
+    model, notes = read_hf_model(write_config(tmp_path / "c", config), seq_length=4096)
+    assert notes == () and model.sliding_window == 0
     assert not recwarn.list
 
 
-@pytest.mark.parametrize("change, key", [
-    ({"use_sliding_window": True}, "sliding_window"),
-    ({"layer_types": ["sliding_attention", "full_attention"] * 14}, "layer_types"),
+@pytest.mark.parametrize("change, window, every", [
+    ({"use_sliding_window": True, "max_window_layers": 0}, 131072, 0),  # every layer windowed
+    ({"use_sliding_window": True}, 0, 0),  # max_window_layers 28 = all 28 layers full
+    ({"layer_types": ["sliding_attention", "full_attention"] * 14}, 131072, 2),
 ])
-def test_qwen2_window_in_effect_is_warned(tmp_path: Path, change: dict[str, Any], key: str) -> None:
-    with pytest.warns(ParplanWarning):
-        notes = read_hf_model(write_config(tmp_path / "q", {**QWEN25_7B, **change}))[1]
-    assert [n.split("=")[0] for n in notes] == [f"model.hf_config.{key}"]
+def test_qwen2_window_pattern_is_mapped(tmp_path: Path, change: dict[str, Any], window: int, every: int) -> None:
+    model, notes = read_hf_model(write_config(tmp_path / "q", {**QWEN25_7B, **change}), seq_length=4096)
+    assert (model.sliding_window, model.full_attention_every) == (window, every) and notes == ()
+
+
+def test_inexpressible_window_pattern_is_warned(tmp_path: Path) -> None:
+    # Windowed from layer 14 on: ModelSpec windows all layers but every k-th one, so this is noted.
+    config = {**QWEN25_7B, "use_sliding_window": True, "max_window_layers": 14}
+    with pytest.warns(ParplanWarning, match="layer_types"):
+        model, notes = read_hf_model(write_config(tmp_path / "q", config), seq_length=4096)
+    assert model.sliding_window == 0 and len(notes) == 1 and "full causal attention" in notes[0]
 
 
 def test_llama_biases_are_warned(tmp_path: Path) -> None:
     with pytest.warns(ParplanWarning):
-        notes = read_hf_model(write_config(tmp_path / "l", {**LLAMA31_8B, "attention_bias": True}))[1]
+        notes = read_hf_model(write_config(tmp_path / "l", {**LLAMA31_8B, "attention_bias": True}), seq_length=8192)[1]
     assert notes and "attention_bias=True" in notes[0]
 
 
-def test_sliding_window_note_reaches_the_prediction_and_one_stderr_line(tmp_path: Path) -> None:
-    write_config(tmp_path / "mistral", MISTRAL_7B_V01)
+def test_unmodelled_note_reaches_the_prediction_and_one_stderr_line(tmp_path: Path) -> None:
+    write_config(tmp_path / "gemma", json.loads((FIXTURES / "gemma-2-9b.json").read_text()))
     (tmp_path / "run.yaml").write_text(yaml.safe_dump({
-        "model": {"hf_config": "mistral"}, "seq_length": 8192,
+        "model": {"hf_config": "gemma"}, "seq_length": 8192,
         "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 8},
         "strategy": {"tp": 8, "micro_batch_size": 1, "global_batch_size": 8}}))
     proc = subprocess.run([sys.executable, "-m", "parplan.cli", "predict", "run.yaml", "--json"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert [line for line in proc.stderr.splitlines() if "sliding_window" in line] == [
-        "parplan: warning: model.hf_config.sliding_window=4096 is not modelled: attention is timed as full "
-        "causal attention on every layer (an over-estimate for sequences longer than the window)"]
-    assert any("sliding_window=4096" in w for w in json.loads(proc.stdout)["warnings"])
+    lines = [line for line in proc.stderr.splitlines() if "softcapping" in line]
+    assert len(lines) == 2 and all(line.startswith("parplan: warning: model.hf_config.") for line in lines)
+    assert not any("seq_length" in line for line in proc.stderr.splitlines())  # the run spec gives it
+    assert any("attn_logit_softcapping=50.0" in w for w in json.loads(proc.stdout)["warnings"])
 
 
 def test_hostile_config_json_is_one_line(tmp_path: Path) -> None:
@@ -355,3 +375,153 @@ def test_hostile_config_json_is_one_line(tmp_path: Path) -> None:
         with pytest.raises(SpecError) as info:
             model_from_hf_config(path)
         assert info.value.field == "model.hf_config" and named in str(info.value)
+
+
+# -- architectures added for issue 15: fixtures in hf_configs/ are the Hub config.json contents -------------------
+# name -> total parameters: transformers 5.24.0 instantiated on the meta device from the same file
+# (test_counts_equal_transformers repeats that when transformers is installed); the published figure beside it.
+EXACT: dict[str, int] = {
+    "qwen3-8b": 8_190_735_360,  # model card: 8.2B
+    "qwen3-30b-a3b": 30_532_122_624,  # model card: 30.5B total
+    "deepseek-v3": 671_026_404_352,  # DeepSeek-V3 report (arXiv 2412.19437): 671B, MTP module excluded
+    "gemma-2-9b": 9_241_705_984,  # Gemma 2 report (arXiv 2408.00118) Table 1: 9B
+    "gemma-3-1b-pt": 999_885_952,  # Gemma 3 report (arXiv 2503.19786) Table 1: 1B
+    "phi-3-mini-4k": 3_821_079_552,  # Phi-3 report (arXiv 2404.14219): 3.8B
+    "olmo-2-1124-7b": 7_298_617_344,  # OLMo 2 (arXiv 2501.00656): 7B
+    "gpt-oss-20b": 20_914_757_184,  # gpt-oss model card (arXiv 2508.10925) Table 1: 20.91B
+}
+
+
+def fixture(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", sorted(EXACT))
+def test_new_architecture_exact_count(tmp_path: Path, name: str) -> None:
+    model = model_from_hf_config(write_config(tmp_path / name, fixture(name)), seq_length=4096)
+    assert model.num_params == EXACT[name]
+
+
+@pytest.mark.parametrize("name", sorted(EXACT))
+def test_counts_equal_transformers(tmp_path: Path, name: str) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = fixture(name)
+    config.pop("quantization_config", None)  # MXFP4 packing needs a GPU kernel; the count is the bf16 model's
+    if name == "deepseek-v3":  # 61 layers of 256 experts take seconds on the meta device; 5 keep every kind
+        config["num_hidden_layers"] = 5
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
+    ours = model_from_hf_config(write_config(tmp_path / name, config), seq_length=4096)
+    assert ours.num_params == sum(p.numel() for p in hf.parameters())
+
+
+@pytest.mark.parametrize("name, catalog", [("qwen3-30b-a3b", "qwen3-30b-a3b"), ("deepseek-v3", "deepseek-v3"),
+                                           ("gpt-oss-20b", "gpt-oss-20b")])
+def test_new_architecture_matches_catalog(tmp_path: Path, name: str, catalog: str) -> None:
+    model = model_from_hf_config(write_config(tmp_path / name, fixture(name)), seq_length=4096)
+    entry = get_model(catalog)
+    # The catalog's gpt-oss entries leave out the sinks and the router bias (2,304 parameters in 20.9B).
+    assert replace(model, name=catalog, attention_sinks=entry.attention_sinks,
+                   moe_router_bias=entry.moe_router_bias) == entry
+
+
+def test_qwen3_fields(tmp_path: Path) -> None:
+    model = model_from_hf_config(write_config(tmp_path / "q", fixture("qwen3-8b")), seq_length=4096)
+    assert model.qk_norm and model.qk_norm_per_head and not model.add_qkv_bias and not model.dropout
+    assert (model.head_dim, model.q_size, model.kv_size) == (128, 4096, 1024)
+
+
+@pytest.mark.parametrize("change, dense", [({"mlp_only_layers": [0, 1]}, 2), ({"decoder_sparse_step": 1}, 0)])
+def test_qwen3_moe_dense_prefix(tmp_path: Path, change: dict[str, Any], dense: int) -> None:
+    model = model_from_hf_config(write_config(tmp_path / "q", {**fixture("qwen3-30b-a3b"), **change}), seq_length=4096)
+    assert (model.num_experts, model.moe_router_topk, model.first_k_dense_layers) == (128, 8, dense)
+    assert model.num_shared_experts == 0  # Qwen3-MoE has none (arXiv 2505.09388 Sec. 2)
+
+
+@pytest.mark.parametrize("change, key", [({"mlp_only_layers": [3]}, "mlp_only_layers"),
+                                         ({"decoder_sparse_step": 2}, "decoder_sparse_step")])
+def test_qwen3_moe_interleaved_dense_layers_refused(tmp_path: Path, change: dict[str, Any], key: str) -> None:
+    with pytest.raises(SpecError) as info:
+        model_from_hf_config(write_config(tmp_path / "q", {**fixture("qwen3-30b-a3b"), **change}), seq_length=4096)
+    assert info.value.field == f"model.hf_config.{key}" and "interleaved" in info.value.allowed
+
+
+def test_deepseek_v3_mla_and_mtp_option(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "d", fixture("deepseek-v3"))
+    with pytest.warns(ParplanWarning, match="num_nextn_predict_layers=1"):
+        model, notes = read_hf_model(path, seq_length=4096)
+    assert model.is_mla and (model.q_lora_rank, model.kv_lora_rank, model.head_dim, model.v_head_dim) == (
+        1536, 512, 192, 128)
+    assert (model.num_shared_experts, model.first_k_dense_layers, model.mtp_num_layers) == (1, 3, 0)
+    with_mtp, notes = read_hf_model(path, seq_length=4096, overrides={"mtp_num_layers": 1})
+    assert notes == ()
+    # DeepSeek-V3 model card: 685B on the Hub = 671B main model + 14B MTP module.
+    assert with_mtp.num_params - model.num_params == model.mtp_layer_params()
+    assert abs(with_mtp.num_params - 685e9) / 685e9 < 0.005
+
+
+def test_gemma2_sandwich_norms_window_and_softcap_notes(tmp_path: Path) -> None:
+    with pytest.warns(ParplanWarning, match="softcapping"):
+        model, notes = read_hf_model(write_config(tmp_path / "g", fixture("gemma-2-9b")), seq_length=4096)
+    assert model.sandwich_norm and model.norms_per_layer == 4 and model.tie_embeddings
+    assert (model.sliding_window, model.full_attention_every, model.num_full_attention_layers) == (4096, 2, 21)
+    assert sorted(n.split("=")[0] for n in notes) == ["model.hf_config.attn_logit_softcapping",
+                                                      "model.hf_config.final_logit_softcapping"]
+
+
+def test_gemma3_multimodal_reads_its_language_model(tmp_path: Path) -> None:
+    text = {k: v for k, v in fixture("gemma-3-1b-pt").items() if k not in ("vocab_size", "architectures")}
+    config = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+              "text_config": {**text, "model_type": "gemma3_text"}, "vision_config": {"hidden_size": 1152}}
+    with pytest.warns(ParplanWarning, match="vision_config"):
+        model, notes = read_hf_model(write_config(tmp_path / "g3", config), seq_length=4096)
+    assert model.vocab_size == 262208  # Gemma3TextConfig default, the text_config omits it
+    assert (model.sliding_window, model.full_attention_every, model.num_full_attention_layers) == (512, 6, 4)
+    assert model.qk_norm and model.sandwich_norm
+
+
+def test_olmo2_whole_projection_qk_norm(tmp_path: Path) -> None:
+    model = model_from_hf_config(write_config(tmp_path / "o", fixture("olmo-2-1124-7b")), seq_length=4096)
+    assert model.qk_norm and not model.qk_norm_per_head and not model.sandwich_norm
+    per_head = replace(model, qk_norm_per_head=True)
+    assert model.num_params - per_head.num_params == 32 * (4096 + 4096 - 2 * 128)
+
+
+def test_phi3_window_on_every_layer(tmp_path: Path) -> None:
+    model = model_from_hf_config(write_config(tmp_path / "p", fixture("phi-3-mini-4k")), seq_length=4096)
+    assert (model.sliding_window, model.full_attention_every) == (2047, 0)
+    assert model.name == "Phi-3-mini-4k-instruct"
+
+
+def test_gpt_oss_sinks_router_bias_and_alternation(tmp_path: Path) -> None:
+    model = model_from_hf_config(write_config(tmp_path / "o", fixture("gpt-oss-20b")), seq_length=4096)
+    assert model.attention_sinks and model.moe_router_bias and model.add_qkv_bias and model.add_bias_linear
+    assert (model.sliding_window, model.full_attention_every, model.num_experts, model.moe_router_topk) == (
+        128, 2, 32, 4)
+    plain = replace(model, attention_sinks=False, moe_router_bias=False)
+    assert model.num_params - plain.num_params == 24 * (64 + 32)
+
+
+def test_bad_layer_types_is_one_line(tmp_path: Path) -> None:
+    config = {**fixture("gpt-oss-20b"), "layer_types": ["sliding_attention"] * 3}
+    with pytest.raises(SpecError) as info:
+        model_from_hf_config(write_config(tmp_path / "o", config), seq_length=4096)
+    assert info.value.field == "model.hf_config.layer_types" and "24 entries" in info.value.allowed
+
+
+@pytest.mark.parametrize("name", ["gemma-2-9b", "gpt-oss-20b", "phi-3-mini-4k"])
+def test_sliding_window_predicts_less_attention_time(tmp_path: Path, name: str) -> None:
+    from costmodel.predict import predict_run
+    from costmodel.specs import RunSpec, Strategy
+    from costmodel.specs.catalog import get_gpu
+    from costmodel.specs.gpu import ClusterSpec
+
+    seq = 32768
+    model = model_from_hf_config(write_config(tmp_path / name, fixture(name)), seq_length=seq)
+    cluster = ClusterSpec(gpu=get_gpu("h100-sxm5-80gb"), num_gpus=8, gpus_per_node=8)
+    strategy = Strategy(tp=8, dp=1, micro_batch_size=1, global_batch_size=8, sequence_parallel=True,
+                        recompute="full")
+    times = [predict_run(RunSpec(model=m, cluster=cluster, strategy=strategy, seq_length=seq))["breakdown"]
+             ["compute_s"] for m in (model, replace(model, sliding_window=0, full_attention_every=0))]
+    assert times[0] < times[1]
