@@ -25,14 +25,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
-
-import numpy as np
-
 from costmodel.comm import group_placement
-from costmodel.comm.placement import GroupPlacement, _worst_spread, scale_up_domain_size
+from costmodel.comm.placement import GroupPlacement
 from costmodel.sharding import overlapped_seconds
-from costmodel.specs.gpu import ClusterSpec
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.strategy import Strategy
@@ -145,69 +140,53 @@ def distinct_holders(num_experts: int, holders: int, top_k: int) -> float:
 
 
 # -- placements of the folded expert groups -----------------------------------------------------
-def expert_group(kind: str, run: RunSpec) -> GroupPlacement:
-    """Placement of an expert-layer group: ``etp``, ``ep``, ``tp_ep`` or ``edp``.
+def expert_group(kind: str, run: RunSpec, stage: int | None = None) -> GroupPlacement:
+    """Placement of an expert-layer group (``etp``, ``ep``, ``tp_ep`` or ``edp``) of pipeline rank ``stage``.
 
-    With ``etp == tp`` the expert groups coincide with the dense layout's (``tp``, ``ep``, ``edp``
-    of ``costmodel.comm.placement``); otherwise, and for ``tp_ep``, they are laid out by folding.
+    Cut from Megatron-Core's expert rank grid on the job's rack-aware layout
+    (``costmodel.comm.placement.group_placement``); ``stage=None`` gives the worst group of the job.
     """
-    s = run.strategy
-    etp = s.expert_tensor_parallel_size
-    if etp == s.tp and kind in ("etp", "ep", "edp"):
-        return group_placement("tp" if kind == "etp" else kind, s, run.cluster)
-    return _folded_placement(kind, (s.tp * s.cp * s.dp, s.pp, s.ep, etp), run.cluster)
-
-
-@lru_cache(maxsize=1024)
-def _folded_placement(kind: str, layout: tuple[int, int, int, int], cluster: ClusterSpec) -> GroupPlacement:
-    stage_ranks, pp, ep, etp = layout
-    edp = stage_ranks // (ep * etp)
-    grid = np.arange(stage_ranks * pp).reshape(pp, edp, ep, etp)  # expert TP innermost
-    rows = {"etp": grid.reshape(-1, etp),
-            "ep": grid.transpose(0, 1, 3, 2).reshape(-1, ep),
-            "tp_ep": grid.reshape(-1, ep * etp),
-            "edp": grid.transpose(0, 2, 3, 1).reshape(-1, edp)}[kind]
-    fewest, domains = _worst_spread(rows, scale_up_domain_size(cluster))
-    return GroupPlacement(kind=kind, size=rows.shape[1], gpus_per_node=fewest, num_domains=domains,
-                          crosses_nodes=domains > 1)
+    return group_placement(kind, run.strategy, run.cluster, stage=stage)
 
 
 # -- what each dispatcher communicates (one dispatch; the combine mirrors it) ---------------------
-def allgather_transfers(run: RunSpec) -> list[Transfer]:
+def allgather_transfers(run: RunSpec, stage: int | None = None) -> list[Transfer]:
     """All-gather of hidden states, probs and routing map over ``tp_ep`` (imbalance moves no bytes)."""
-    m, g = run.model, expert_group("tp_ep", run)
+    m, g = run.model, expert_group("tp_ep", run, stage)
     per_token = m.hidden_size * BF16 + m.num_experts * (PROBS_BYTES + ROUTING_MAP_BYTES)
     return [Transfer("all_gather", local_tokens(run.strategy, run.seq_length) * g.size * per_token, g)]
 
 
-def alltoall_transfers(run: RunSpec) -> list[Transfer]:
+def alltoall_transfers(run: RunSpec, stage: int | None = None) -> list[Transfer]:
     """All-to-all of the ``top_k`` permuted tokens and their probs over EP, then all-gather in expert TP."""
     m, s = run.model, run.strategy
     rows = local_tokens(run.strategy, run.seq_length) * m.moe_router_topk * load_factor(run.strategy)
     out = []
     if s.ep > 1:
-        ep = expert_group("ep", run)
+        ep = expert_group("ep", run, stage)
         out += [Transfer("all_to_all", rows * m.hidden_size * BF16, ep),
                 Transfer("all_to_all", rows * PROBS_BYTES, ep)]
     etp = s.expert_tensor_parallel_size
     if etp > 1:
-        out.append(Transfer("all_gather", rows * etp * (m.hidden_size * BF16 + PROBS_BYTES), expert_group("etp", run)))
+        gathered = rows * etp * (m.hidden_size * BF16 + PROBS_BYTES)
+        out.append(Transfer("all_gather", gathered, expert_group("etp", run, stage)))
     return out
 
 
-def flex_transfers(run: RunSpec) -> list[Transfer]:
+def flex_transfers(run: RunSpec, stage: int | None = None) -> list[Transfer]:
     """DeepEP: one all-to-all over ``tp_ep``, a token sent once to each expert-TP rank of each EP rank it reaches."""
     m, s = run.model, run.strategy
     ranks = distinct_holders(m.num_experts, s.ep, m.moe_router_topk) * s.expert_tensor_parallel_size
-    nbytes = local_tokens(run.strategy, run.seq_length) * ranks * load_factor(run.strategy) * (m.hidden_size * BF16 + PROBS_BYTES)
-    return [Transfer("all_to_all", nbytes, expert_group("tp_ep", run))]
+    row_bytes = m.hidden_size * BF16 + PROBS_BYTES
+    nbytes = local_tokens(s, run.seq_length) * ranks * load_factor(s) * row_bytes
+    return [Transfer("all_to_all", nbytes, expert_group("tp_ep", run, stage))]
 
 
-def hybridep_transfers(run: RunSpec) -> list[Transfer]:
+def hybridep_transfers(run: RunSpec, stage: int | None = None) -> list[Transfer]:
     """HybridEP: as DeepEP inside one domain; across domains once per destination domain, then NVLink."""
-    g = expert_group("tp_ep", run)
+    g = expert_group("tp_ep", run, stage)
     if not g.crosses_nodes:
-        return flex_transfers(run)
+        return flex_transfers(run, stage)
     m, s = run.model, run.strategy
     row = local_tokens(run.strategy, run.seq_length) * load_factor(run.strategy) * (m.hidden_size * BF16 + PROBS_BYTES)
     domains = distinct_holders(m.num_experts, g.num_domains, m.moe_router_topk)
@@ -219,7 +198,7 @@ def hybridep_transfers(run: RunSpec) -> list[Transfer]:
             Transfer("all_to_all", row * domains * in_domain, GroupPlacement.single_domain(g.gpus_per_node, "tp_ep"))]
 
 
-DISPATCH_TRANSFERS: dict[str, Callable[[RunSpec], list[Transfer]]] = {
+DISPATCH_TRANSFERS: dict[str, Callable[[RunSpec, int | None], list[Transfer]]] = {
     "allgather": allgather_transfers,
     "alltoall": alltoall_transfers,
     "flex": flex_transfers,
@@ -228,15 +207,15 @@ DISPATCH_TRANSFERS: dict[str, Callable[[RunSpec], list[Transfer]]] = {
 _COMBINE_OP = {"all_gather": "reduce_scatter", "all_to_all": "all_to_all"}
 
 
-def dispatch_transfers(run: RunSpec) -> list[Transfer]:
-    """The collectives of one token dispatch of ``run``'s dispatcher."""
-    return DISPATCH_TRANSFERS[dispatcher(run)](run)
+def dispatch_transfers(run: RunSpec, stage: int | None = None) -> list[Transfer]:
+    """The collectives of one token dispatch of ``run``'s dispatcher on pipeline rank ``stage``."""
+    return DISPATCH_TRANSFERS[dispatcher(run)](run, stage)
 
 
-def layer_comm_seconds(run: RunSpec, collective: Collective) -> float:
-    """Dispatch plus combine of one MoE layer's forward (the backward moves the same bytes)."""
+def layer_comm_seconds(run: RunSpec, collective: Collective, stage: int | None = None) -> float:
+    """Dispatch plus combine of one MoE layer's forward on pipeline rank ``stage`` (the backward repeats it)."""
     total = 0.0
-    for t in dispatch_transfers(run):
+    for t in dispatch_transfers(run, stage):
         total += collective(t.op, t.message_bytes, t.group) + collective(_COMBINE_OP[t.op], t.message_bytes, t.group)
     return total
 
@@ -250,7 +229,7 @@ def exposed_under(comm_s: float, compute_s: float) -> float:
 
 
 def ep_exposed_seconds(run: RunSpec, collective: Collective, moe_layers: float, layer_compute_s: float,
-                       shared_fwd_s: float, shared_bwd_s: float) -> float:
+                       shared_fwd_s: float, shared_bwd_s: float, stage: int | None = None) -> float:
     """Exposed dispatch/combine seconds per micro-batch on one rank of a stage with ``moe_layers``.
 
     Parameters
@@ -260,11 +239,13 @@ def ep_exposed_seconds(run: RunSpec, collective: Collective, moe_layers: float, 
         hides a micro-batch's communication under: the other micro-batch's layer).
     shared_fwd_s, shared_bwd_s : float
         One layer's shared-expert compute (what shared-expert overlap hides it under).
+    stage : int, optional
+        Pipeline rank whose expert groups carry the dispatch (default: the job's worst group).
     """
     s = run.strategy
     if not moe_layers or (s.ep == 1 and s.expert_tensor_parallel_size == 1):
         return 0.0
-    comm = layer_comm_seconds(run, collective)  # forward; the backward repeats it
+    comm = layer_comm_seconds(run, collective, stage)  # forward; the backward repeats it
     recompute = comm if s.recompute == "full" else 0.0  # Megatron's selective recompute skips the MoE layer
     plain = 2 * comm + recompute
     if a2a_overlap(run):

@@ -23,16 +23,18 @@ import numpy as np
 
 from constraints.memory import params_on_gpu
 from costmodel import moe
-from costmodel.calibration import framework_overhead
+from costmodel.calibration import compute_scale as calibrated_scale
 from costmodel.comm import collective_seconds, group_placement
 from costmodel.compute import StageCompute, pipeline_compute
 from costmodel.decompose import layer_shape, shared_expert_ops
 from costmodel.cp_comm import cp_layer_exposed_s
 from costmodel.flops import model_flops_per_step
+from costmodel.overheads import layer_launch_exposed_s, straggler_fraction
 from costmodel.schedule import SCHEDULES, PipelineTime, schedule_name
 from costmodel.sharding import (
     backward_gathers,
     bucketed_reduce_exposed_s,
+    gradient_sync_seconds,
     prefetch_layers,
     sharding_settings,
     zero3_microbatch_seconds,
@@ -62,7 +64,7 @@ class StageTimes:
     cp_s: float
     ep_s: float
     zero3_s: float
-    overhead_s: float = 0.0  # calibrated framework overhead per micro-batch
+    overhead_s: float = 0.0  # per micro-batch: exposed kernel launch + the global calibration factor's share
 
     @property
     def exposed_comm_s(self) -> float:
@@ -124,12 +126,15 @@ def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers:
     tp = cp = ep = z3 = 0.0
     if s.tp > 1:
         g = group_placement("tp", s, cluster, stage=pp_rank)
-        tp = layers * tp_layer_exposed_s(run, timer, _on_group(timer, g, gpu))
+        on_tp = _on_group(timer, g, gpu)
+        tp = (layers - moe_layers) * tp_layer_exposed_s(run, timer, on_tp)
+        if moe_layers:  # the routed experts' SP gather/scatter is the dispatcher's (ep below)
+            tp += moe_layers * tp_layer_exposed_s(run, timer, on_tp, moe=True)
     if s.cp > 1:
         g = group_placement("cp", s, cluster, stage=pp_rank)
         cp = layers * cp_layer_exposed_s(run, timer, _on_group(timer, g, gpu))
     if moe_layers:
-        ep = _ep_exposed(run, timer, stage, layers, moe_layers)
+        ep = _ep_exposed(run, timer, stage, layers, moe_layers, pp_rank)
     if s.dp * s.cp > 1 and s.zero_stage == 3:
         z3 = _zero3_exposed(run, timer, stage, int(layers), int(moe_layers), pp_rank)
     elif s.dp * s.cp > 1 and s.zero_stage == 2:
@@ -137,26 +142,36 @@ def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers:
     return tp, cp, ep, z3
 
 
-def _ep_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: float, moe_layers: float) -> float:
+def _ep_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: float, moe_layers: float,
+                pp_rank: int | None = None) -> float:
     """Exposed MoE dispatch/combine seconds per micro-batch (``costmodel.moe``)."""
     shared = timer.time_ops(shared_expert_ops(layer_shape(run.model, run.strategy, run.seq_length), run.model)) \
         if run.model.num_shared_experts else None
     return moe.ep_exposed_seconds(
         run, lambda op, nbytes, g: _collective(timer, op, nbytes, g, run.cluster.gpu), moe_layers,
         (stage.forward_s + stage.backward_s) / max(layers, 1e-9),
-        shared.total(("fwd",)) if shared else 0.0, shared.total(("bwd",)) if shared else 0.0)
+        shared.total(("fwd",)) if shared else 0.0, shared.total(("bwd",)) if shared else 0.0, pp_rank)
 
 
-def _shard_groups(run: RunSpec, stage: StageCompute, pp_rank: int | None = None) -> list[tuple[float, Any]]:
-    """(parameters, placement) of the dense (``dp_cp``) and expert (``edp``) shards of ``stage``, if sharded."""
+def _shard_groups(run: RunSpec, stage: StageCompute,
+                  pp_rank: int | None = None) -> list[tuple[float, Any, Any | None]]:
+    """(parameters, shard placement, HSDP replicate placement or None) of the dense (``dp_cp``, or
+    its ``dp_shard`` part under HSDP) and expert (``edp``) shards of ``stage``, if sharded."""
     s = run.strategy
     dense, expert = params_on_gpu(run, stage.stage)
+    hsdp = s.shard_replicas > 1
     groups = []
-    for params, kind in ((dense, "dp_cp"), (expert, "edp")):
-        g = moe.expert_group(kind, run) if kind == "edp" else group_placement(kind, s, run.cluster, stage=pp_rank)
-        if params > 0 and g.size > 1:
-            groups.append((params, g))
+    for params, kind in ((dense, "dp_shard" if hsdp else "dp_cp"), (expert, "edp")):
+        g = group_placement(kind, s, run.cluster, stage=pp_rank)
+        replicate = group_placement("dp_replicate", s, run.cluster, stage=pp_rank) if hsdp and kind != "edp" else None
+        if params > 0 and (g.size > 1 or replicate is not None):
+            groups.append((params, g, replicate))
     return groups
+
+
+def _sync(timer: OperatorTimer, op: str, grad_bytes: float, g: Any, replicate: Any | None, gpu: Any) -> float:
+    """Gradient reduction over the shard group and, under HSDP, the replicas (``gradient_sync_seconds``)."""
+    return gradient_sync_seconds(op, grad_bytes, g, replicate, lambda o, b, p: _collective(timer, o, b, p, gpu))
 
 
 def _zero3_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: int, moe_layers: int,
@@ -167,13 +182,13 @@ def _zero3_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, laye
     n = max(layers, 1)
     gather = scatter = 0.0
     total_params = 0.0
-    for params, g in _shard_groups(run, stage, pp_rank):
+    for params, g, replicate in _shard_groups(run, stage, pp_rank):
         # expert parameters live in the MoE layers only: time one such layer's collective, spread over all
         holders = moe_layers if g.kind == "edp" else n
         share = max(holders, 1) / n
         per_layer = params / max(holders, 1)
         gather += share * _collective(timer, "all_gather", per_layer * settings.gather_bytes, g, gpu)
-        scatter += share * _collective(timer, "reduce_scatter", per_layer * settings.reduce_bytes, g, gpu)
+        scatter += share * _sync(timer, "reduce_scatter", per_layer * settings.reduce_bytes, g, replicate, gpu)
         total_params += params
     prefetch = prefetch_layers(settings, total_params / n)
     total = zero3_microbatch_seconds(n, stage.forward_s, stage.backward_s, gather, scatter, prefetch,
@@ -185,9 +200,9 @@ def _zero2_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_r
     """ZeRO-2 gradient reduce-scatter of every micro-batch's backward (DeepSpeed stage 2), exposed part."""
     s, gpu = run.strategy, run.cluster.gpu
     exposed = 0.0
-    for params, g in _shard_groups(run, stage, pp_rank):
-        sync = _collective(timer, "reduce_scatter", params * GRAD_REDUCE_BYTES, g, gpu)
-        bucket = _collective(timer, "reduce_scatter", min(params, ZERO2_BUCKET_PARAMS) * GRAD_REDUCE_BYTES, g, gpu)
+    for params, g, replicate in _shard_groups(run, stage, pp_rank):
+        sync = _sync(timer, "reduce_scatter", params * GRAD_REDUCE_BYTES, g, replicate, gpu)
+        bucket = _sync(timer, "reduce_scatter", min(params, ZERO2_BUCKET_PARAMS) * GRAD_REDUCE_BYTES, g, replicate, gpu)
         exposed += bucketed_reduce_exposed_s(stage.backward_s, sync, bucket, s.overlap_grad_reduce)
     return exposed
 
@@ -202,11 +217,11 @@ def _dp_tail(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: i
     if s.dp * s.cp == 1 or s.zero_stage == 3:
         return 0.0
     total = 0.0
-    for params, g in _shard_groups(run, stage, pp_rank):
+    for params, g, replicate in _shard_groups(run, stage, pp_rank):
         if s.zero_stage < 2:
             op = "all_reduce" if s.zero_stage == 0 else "reduce_scatter"
-            sync = _collective(timer, op, params * GRAD_REDUCE_BYTES, g, gpu)
-            bucket = _collective(timer, op, min(params, BUCKET_PARAMS) * GRAD_REDUCE_BYTES, g, gpu)
+            sync = _sync(timer, op, params * GRAD_REDUCE_BYTES, g, replicate, gpu)
+            bucket = _sync(timer, op, min(params, BUCKET_PARAMS) * GRAD_REDUCE_BYTES, g, replicate, gpu)
             total += bucketed_reduce_exposed_s(stage.backward_s, sync, bucket, s.overlap_grad_reduce)
         if s.zero_stage in (1, 2):
             gather = _collective(timer, "all_gather", params * BF16, g, gpu)
@@ -226,30 +241,32 @@ def _p2p_seconds(run: RunSpec, timer: OperatorTimer) -> float:
 
 def _stage_placements(run: RunSpec, pp_rank: int) -> tuple[Any, ...]:
     """The placements of pipeline rank ``pp_rank``'s groups (stages alike in compute may differ here)."""
-    return tuple(group_placement(kind, run.strategy, run.cluster, stage=pp_rank) for kind in ("tp", "cp", "dp_cp"))
+    kinds = ("tp", "cp", "dp_cp", "dp_shard", "dp_replicate") + (("ep", "edp", "etp", "tp_ep") if run.model.is_moe else ())
+    return tuple(group_placement(kind, run.strategy, run.cluster, stage=pp_rank) for kind in kinds)
 
 
 def predict_step(run: RunSpec, timer: OperatorTimer,
-                 framework: tuple[float, float] | None = None) -> StepPrediction:
+                 compute_scale: float | None = None) -> StepPrediction:
     """Seconds of one optimizer step of ``run`` and where they go.
 
-    ``framework`` overrides the calibrated ``(compute_scale, layer_overhead_s)``
-    (used when fitting the calibration itself).
+    ``other_s`` holds the named overheads of ``costmodel.overheads`` (exposed kernel
+    launch, data-parallel stragglers) and the one global calibration factor's share;
+    ``compute_scale`` overrides that factor (used when fitting it).
     """
     s = run.strategy
     m = s.num_microbatches
     computes = pipeline_compute(run, timer)
     stages: list[StageTimes] = []
     cache: dict[tuple[int, tuple[Any, ...]], StageTimes] = {}
-    scale, per_layer = framework_overhead() if framework is None else framework
-    passes = 2 if s.recompute == "full" else 1  # a full-recompute layer runs its forward twice
+    scale = calibrated_scale() if compute_scale is None else compute_scale
     for st in range(s.pp):
         c = computes[st]
         key = (id(c), _stage_placements(run, st))  # middle stages share one StageCompute and layer count
         if key not in cache:
             dense_layers, moe_layers = stage_layer_counts(run.model, s, st)
             layers = dense_layers + moe_layers
-            overhead = (scale - 1.0) * (c.forward_s + c.backward_s) + per_layer * layers * passes
+            overhead = (scale - 1.0) * (c.forward_s + c.backward_s) \
+                + layer_launch_exposed_s(run, dense_layers, moe_layers, c.forward_s, c.backward_s)
             cache[key] = StageTimes(c, *_layer_comm(run, timer, c, layers, moe_layers, st), overhead_s=overhead)
         stages.append(cache[key])
     name = schedule_name(s.pp, s.vpp)
@@ -278,6 +295,8 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
         "optimizer_s": optimizer,
         "other_s": m * k.overhead_s,
     }
+    # every replica waits at the gradient sync for the slowest one (costmodel.overheads)
+    breakdown["other_s"] += straggler_fraction(s.dp * s.cp) * sum(breakdown.values())
     notes = tuple(sorted({n for t in stages for n in t.compute.notes} | set(moe.moe_notes(run))))
     return StepPrediction(step_time_s=sum(breakdown.values()), breakdown=breakdown, schedule=name, notes=notes,
                           stage_computes=tuple(t.compute for t in stages))

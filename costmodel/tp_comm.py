@@ -132,18 +132,30 @@ class _Linear:
     column: bool
 
 
-def _layer_linears(run: RunSpec) -> tuple[_Linear, ...]:
-    """The four TP-split linears of a layer (MLA's projections are priced as the qkv GEMM)."""
+def _layer_linears(run: RunSpec, moe: bool = False) -> tuple[_Linear, ...]:
+    """The TP-split linears of a layer (MLA's projections are priced as the qkv GEMM).
+
+    A dense layer has four. In an MoE layer the routed experts take their tokens from the token
+    dispatcher, which does the MLP side's sequence-parallel gather and scatter itself (over the
+    expert groups, ``costmodel.moe``): Megatron-Core's ``MoELayer`` calls no TP collective
+    around the experts (megatron/core/transformer/moe/moe_layer.py @d98e8a64). Only the shared
+    experts, a TP MLP on the dense group, gather and reduce-scatter
+    (shared_experts.py: ``gather_from_sequence_parallel_region`` /
+    ``reduce_scatter_to_sequence_parallel_region`` over ``tp_group``).
+    """
     model, tp = run.model, run.strategy.tp
     heads = max(1, model.num_attention_heads // tp)
     kv = max(1, model.num_query_groups // tp)  # type: ignore[operator]
     qkv = heads * model.head_dim + 2 * kv * model.head_dim  # type: ignore[operator]
     out = heads * model.v_head_dim  # type: ignore[operator]
-    inner = model.ffn_hidden_size // tp  # type: ignore[operator]
-    up = (2 if model.activation == "swiglu" else 1) * inner
     h = model.hidden_size
-    return (_Linear("qkv", qkv, h, True), _Linear("proj", h, out, False),
-            _Linear("fc1", up, h, True), _Linear("fc2", h, inner, False))
+    attention = (_Linear("qkv", qkv, h, True), _Linear("proj", h, out, False))
+    if moe and not model.num_shared_experts:
+        return attention
+    ffn = model.moe_ffn_hidden_size * model.num_shared_experts if moe else model.ffn_hidden_size
+    inner = ffn // tp  # type: ignore[operator]
+    up = (2 if model.activation == "swiglu" else 1) * inner
+    return attention + (_Linear("fc1", up, h, True), _Linear("fc2", h, inner, False))
 
 
 def _gemm_seconds(timer: OperatorTimer, role: str, m: int, n: int, k: int, precision: str) -> float:
@@ -206,17 +218,18 @@ def _backward_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective
                            True) - wgrad)
 
 
-def tp_layer_exposed_s(run: RunSpec, timer: OperatorTimer, collective: Collective) -> float:
+def tp_layer_exposed_s(run: RunSpec, timer: OperatorTimer, collective: Collective, moe: bool = False) -> float:
     """Exposed TP seconds of one layer per micro-batch: forward (twice with full recompute) and backward.
 
-    ``collective(op, bytes)`` times one collective on the run's tensor-parallel group.
+    ``collective(op, bytes)`` times one collective on the run's tensor-parallel group; ``moe``:
+    an MoE layer, whose routed experts' communication is the dispatcher's (``costmodel.moe``).
     """
     s = run.strategy
     if s.tp == 1:
         return 0.0
     forward_passes = 2 if s.recompute == "full" else 1
     total = 0.0
-    for lin in _layer_linears(run):
+    for lin in _layer_linears(run, moe):
         # a chunk GEMM timed faster than its share of the whole is table noise, not hidden time
         total += forward_passes * max(0.0, _forward_exposed(run, timer, collective, lin))
         total += max(0.0, _backward_exposed(run, timer, collective, lin))

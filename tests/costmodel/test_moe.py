@@ -151,3 +151,72 @@ def test_expert_weights_shard_by_ep_and_etp() -> None:
     full = moe_layer_params_per_gpu(_run(tp=2, dp=32).model, _run(tp=2, dp=32).strategy)[1]
     folded = moe_layer_params_per_gpu(_run(tp=2, dp=32, etp=1).model, _run(tp=2, dp=32, etp=1).strategy)[1]
     assert folded == pytest.approx(2 * full)
+
+
+# -- per-stage, rack-aware expert placement ---------------------------------------------------------
+def _gb200(model: str, num_gpus: int, **strategy: Any) -> RunSpec:
+    base = {"tp": 1, "pp": 1, "micro_batch_size": 1, "global_batch_size": 256}
+    base.update(strategy)
+    return run_spec_from_mapping({"model": model, "seq_length": 4096,
+                                  "cluster": {"gpu": "gb200", "num_gpus": num_gpus}, "strategy": base})
+
+
+def test_ep_group_that_fits_one_rack_stays_off_the_nic_with_the_rack_fill() -> None:
+    # 64 of 72 GPUs used per rack (gpus_per_nvlink_domain_used): ranks 64-95 sit in rack 2, not across racks 1-2
+    # folded (etp=1 under tp=2): the tp_ep group is 32 consecutive ranks, laid out like every other group
+    run = _gb200("deepseek-v3", 256, tp=2, dp=128, ep=32, etp=1, sequence_parallel=True)
+    for kind in ("ep", "tp_ep"):
+        g = moe.expert_group(kind, run)
+        assert g.size == 32 and not g.crosses_nodes
+    assert all(not t.group.crosses_nodes for t in moe.alltoall_transfers(run) + moe.flex_transfers(run))
+
+
+def test_each_stage_s_expert_groups_are_placed_on_their_own() -> None:
+    # 48 ranks per stage on 64-GPU rack segments: stage 0 holds ranks 0-47 (one rack), stage 1 48-95 (two)
+    run = _gb200("mixtral-8x7b", 192, pp=4, dp=48, ep=8, global_batch_size=192)
+    assert not moe.expert_group("edp", run, stage=0).crosses_nodes
+    assert moe.expert_group("edp", run, stage=1).crosses_nodes
+    assert moe.expert_group("edp", run).crosses_nodes  # the job's worst group
+
+
+# -- TP collectives of an MoE layer: the dispatcher does the MLP side ----------------------------------
+def _tp_log(run: RunSpec, moe_layer: bool) -> list[tuple[str, float]]:
+    from costmodel.predict import timer_for
+    from costmodel.tp_comm import tp_layer_exposed_s
+
+    log: list[tuple[str, float]] = []
+
+    def collective(op: str, nbytes: float) -> float:
+        log.append((op, nbytes))
+        return nbytes * 1e-9
+
+    tp_layer_exposed_s(run, timer_for(run.cluster.gpu), collective, moe=moe_layer)
+    return log
+
+
+def test_moe_layer_counts_no_mlp_tp_collectives_without_shared_experts() -> None:
+    run = _run(tp=2, dp=32, ep=8, sequence_parallel=True)  # mixtral: no shared expert
+    dense, moe_layer = _tp_log(run, False), _tp_log(run, True)
+    assert len(moe_layer) == len(dense) // 2 > 0  # qkv and proj only; fc1/fc2 are the dispatcher's
+
+
+def test_shared_expert_keeps_its_tp_collectives() -> None:
+    run = _run(model="deepseek-v3", num_gpus=64, tp=2, dp=32, ep=8, sequence_parallel=True)
+    assert run.model.num_shared_experts == 1
+    assert len(_tp_log(run, True)) == len(_tp_log(run, False))
+
+
+def test_step_books_moe_layers_tp_comm_without_the_mlp_pair() -> None:
+    from costmodel.comm import group_placement
+    from costmodel.predict import timer_for
+    from costmodel.step import _on_group, predict_step
+    from costmodel.tp_comm import tp_layer_exposed_s
+
+    run = _run(tp=2, dp=32, ep=8, sequence_parallel=True)
+    timer = timer_for(run.cluster.gpu)
+    on = _on_group(timer, group_placement("tp", run.strategy, run.cluster, stage=0), run.cluster.gpu)
+    per_layer = tp_layer_exposed_s(run, timer, on, moe=True)
+    assert per_layer < tp_layer_exposed_s(run, timer, on)
+    step = predict_step(run, timer)
+    m = run.strategy.num_microbatches
+    assert step.breakdown["tp_comm_s"] == pytest.approx(m * run.model.num_layers * per_layer, rel=1e-6)
