@@ -75,6 +75,7 @@ def predict_run(run: RunSpec, profile_dir: str | Path | None = None,
     with threadpool_limits(1):
         out = _predict_run(run, timer if timer is not None else timer_for(run.cluster.gpu, profile_dir))
     out["warnings"] = [*run.notes, *out["warnings"]]  # what the spec's files state but is not modelled
+    out["defaults_assumed"] = [d.to_dict() for d in run.defaults_assumed]
     return out
 
 

@@ -80,6 +80,8 @@ def _print_prediction(result: dict[str, Any]) -> None:
     print(f"profile: {result.get('profile') or 'none (analytic models only)'}")
     if "framework" in result:
         print(f"framework: {result['framework']}")
+    print("defaults assumed: " + (", ".join(f"{d['knob']}={d['value']} ({d['source']})"
+                                            for d in result.get("defaults_assumed", [])) or "none"))
     for violation in result["violations"]:
         print(f"violation: {violation}")
     for warning in result.get("warnings", []):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from costmodel.specs.assumed_defaults import AssumedDefault, filled, framework_defaults
 from costmodel.specs.catalog import get_gpu, get_model
 from costmodel.specs.errors import SpecError, reject_unknown_keys, require_int, require_number
 from costmodel.specs.framework import DEFAULT_FRAMEWORK, Framework, get_framework, resolve_framework
@@ -31,6 +33,8 @@ class RunSpec:
     framework: Framework = field(default_factory=lambda: get_framework(DEFAULT_FRAMEWORK))
     notes: tuple[str, ...] = field(default=(), compare=False)
     """What the spec's files state that the prediction does not model (e.g. an HF ``sliding_window``)."""
+    defaults_assumed: tuple[AssumedDefault, ...] = field(default=(), compare=False)
+    """Strategy knobs the spec left unset and the framework default that filled each."""
 
     def __post_init__(self) -> None:
         require_int("seq_length", self.seq_length)
@@ -86,8 +90,8 @@ def resolve_cluster(value: Any) -> ClusterSpec:
     return ClusterSpec(**kwargs)
 
 
-def resolve_strategy(value: Any, num_gpus: int) -> Strategy:
-    """The ``strategy:`` section; ``dp`` is derived when absent."""
+def resolve_strategy(value: Any, num_gpus: int, defaults: Mapping[str, Any] | None = None) -> Strategy:
+    """The ``strategy:`` section; ``dp`` is derived when absent, other absent knobs take ``defaults``."""
     if value is None:
         value = {}
     if not isinstance(value, dict):
@@ -101,7 +105,7 @@ def resolve_strategy(value: Any, num_gpus: int) -> Strategy:
         for key, degree in zip(("tp", "pp", "cp"), degrees):
             require_int(f"strategy.{key}", degree)
         data["dp"] = max(1, num_gpus // (degrees[0] * degrees[1] * degrees[2]))
-    return Strategy(**data)
+    return Strategy(**{**(defaults or {}), **data})
 
 
 def run_spec_from_mapping(data: Any, base_dir: Path | None = None) -> RunSpec:
@@ -115,12 +119,14 @@ def run_spec_from_mapping(data: Any, base_dir: Path | None = None) -> RunSpec:
     given_seq = data.get("seq_length")
     model, notes = _model_and_notes(data["model"], base_dir, given_seq if isinstance(given_seq, int) else None)
     cluster = resolve_cluster(data["cluster"])
-    strategy = resolve_strategy(data.get("strategy"), cluster.num_gpus)
+    framework = resolve_framework(data.get("framework"))
+    given = data.get("strategy")
+    assumed = framework_defaults(given if isinstance(given, dict) else (), framework, model)
+    strategy = resolve_strategy(given, cluster.num_gpus, filled(assumed))
     seq = data.get("seq_length", model.seq_length)
     require_int("seq_length", seq)
-    framework = resolve_framework(data.get("framework"))
     return RunSpec(model=model, cluster=cluster, strategy=strategy, seq_length=seq, framework=framework,
-                   notes=notes)
+                   notes=notes, defaults_assumed=assumed)
 
 
 read_structured_file = read_user_file  # the earlier name; every user file goes through userfile
