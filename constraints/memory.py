@@ -14,7 +14,8 @@ Model states (bytes per parameter, mixed precision with Adam), read from the run
     docs/user-guide/features/dist_optimizer.md). ZeRO stage 1 (= Megatron distributed
     optimizer) shards the optimizer bytes over the data-parallel ranks (dp * cp), stage 2
     also the gradients, stage 3 (FSDP) also the weights (Rajbhandari et al. 2020, arXiv
-    1910.02054, Figure 1).
+    1910.02054, Figure 1). HSDP (``hsdp_shard_size``) shards the dense states over the shard
+    group only; the replicas each hold a full copy of that shard.
     FP8: Transformer Engine caches FP8 copies of the GEMM weights across micro-batches
     (``fp8_weight_copy_bytes``) beside the 16-bit weights, when the framework keeps that
     workspace (Megatron-Core does; torchao / torchtitan casts per forward).
@@ -189,7 +190,7 @@ def model_state_bytes(run: RunSpec, stage: int) -> tuple[float, float, float, fl
     """(weights, grads, optimizer, layer-states) bytes on one GPU of ``stage``."""
     model, s, fw = run.model, run.strategy, run.framework
     dense, expert = params_on_gpu(run, stage)
-    shards_dense = s.dp * s.cp
+    shards_dense = s.shard_group_size  # dp * cp, or the HSDP shard group
     shards_expert = s.expert_data_parallel_size
     weight_bytes, optim_bytes = state_bytes_per_param(fw)
     grad_bytes = fw.main_grad_bytes

@@ -127,6 +127,25 @@ def ulysses_divides_heads(run: RunSpec) -> str | None:
     return None
 
 
+def hsdp_shard_fits(run: RunSpec) -> str | None:
+    """``hsdp_shard_size`` shards ZeRO states over whole cp blocks of dp ranks: replicas divide dp.
+
+    Megatron-LM (arguments.py) requires data_parallel_size % num_distributed_optimizer_instances == 0;
+    torchtitan shards over dp_shard * cp (ParallelDims: dp_replicate * dp_shard * cp * tp * pp = world).
+    """
+    s = run.strategy
+    shard = s.hsdp_shard_size
+    if shard == 0:
+        return None
+    ranks = s.dp * s.cp
+    if shard < 2 or ranks % shard or s.dp % (ranks // shard):
+        return (f"hsdp_shard_size={shard} needs to be >= 2 and cp times a divisor of dp (dp={s.dp}, cp={s.cp}), "
+                f"so that the dp*cp = {ranks} ranks split into whole replicas")
+    if s.zero_stage == 0:
+        return f"hsdp_shard_size={shard} needs zero_stage >= 1 (zero_stage 0 shards nothing to replicate)"
+    return None
+
+
 def expert_parallel_fits(run: RunSpec) -> str | None:
     s, model = run.strategy, run.model
     if s.ep == 1:
@@ -189,6 +208,16 @@ def framework_runs_zero_stage(run: RunSpec) -> str | None:
     return None
 
 
+def framework_runs_hsdp(run: RunSpec) -> str | None:
+    """The framework implements hybrid sharding (``hsdp_shard_size``) at this ZeRO stage."""
+    fw, s = run.framework, run.strategy
+    if s.hsdp_shard_size == 0 or s.zero_stage == 0 or s.zero_stage in fw.hsdp_zero_stages:
+        return None
+    offered = ", ".join(map(str, fw.hsdp_zero_stages)) or "none"
+    return (f"hsdp_shard_size with zero_stage={s.zero_stage} is not offered by {fw.display_name} "
+            f"(framework {fw.name} shards hybrid at ZeRO stages: {offered})")
+
+
 def framework_runs_precision(run: RunSpec) -> str | None:
     fw = run.framework
     if run.strategy.precision == "fp16" and not fw.supports_fp16:
@@ -228,11 +257,13 @@ RULES: tuple[Rule, ...] = (
     sequence_parallel_needs_tp,
     cp_divides_sequence,
     ulysses_divides_heads,
+    hsdp_shard_fits,
     expert_parallel_fits,
     expert_tensor_parallel_fits,
     moe_overlap_supported,
     precision_supported,
     framework_runs_zero_stage,
+    framework_runs_hsdp,
     framework_runs_precision,
     framework_runs_tp_comm_overlap,
 )

@@ -18,11 +18,18 @@ bandwidth): by ``NCCL_COMPUTE_SLOWDOWN``.
 
 Collective seconds come from :mod:`costmodel.comm` (its latency grows with the group size);
 this module only schedules them.
+
+HSDP (``Strategy.hsdp_shard_size``) shards within a group of data-parallel ranks and
+replicates across groups: gathers and reduce-scatters run over the shard group, and each
+reduce-scatter is followed, on the same channel, by an all-reduce of the gradient shard over
+the replicate group (FSDP2's HSDP post-backward: reduce-scatter, then all-reduce of the
+shard; torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -34,6 +41,7 @@ __all__ = [
     "ShardingSettings",
     "backward_gathers",
     "bucketed_reduce_exposed_s",
+    "gradient_sync_seconds",
     "overlapped_seconds",
     "prefetch_layers",
     "sharded_pass_seconds",
@@ -240,6 +248,22 @@ def zero3_microbatch_seconds(layers: int, forward_s: float, backward_s: float, g
     fwd = sharded_pass_seconds(n, forward_s / n, gather_s, 0.0, prefetch, slowdown)
     bwd = sharded_pass_seconds(n, backward_s / n, gather_s * bwd_gathers, scatter_s, prefetch, slowdown)
     return fwd + bwd
+
+
+def gradient_sync_seconds(op: str, grad_bytes: float, shard: Any, replicate: Any | None,
+                          collective: Callable[[str, float, Any], float]) -> float:
+    """Seconds to reduce ``grad_bytes`` of gradients over the shard group, then over the replicas.
+
+    ``op`` runs over ``shard`` (``reduce_scatter`` for ZeRO >= 1, ``all_reduce`` for ZeRO-0);
+    with HSDP (``replicate`` of size > 1) the reduced shard, ``grad_bytes / shard.size`` after a
+    reduce-scatter, is all-reduced over ``replicate`` after it. ``collective(op, bytes, group)``
+    times one collective.
+    """
+    seconds = collective(op, grad_bytes, shard)
+    if replicate is not None and replicate.size > 1:
+        left = grad_bytes / shard.size if op == "reduce_scatter" else grad_bytes
+        seconds += collective("all_reduce", left, replicate)
+    return seconds
 
 
 def bucketed_reduce_exposed_s(backward_s: float, sync_s: float, bucket_s: float, overlap: bool,

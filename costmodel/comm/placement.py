@@ -35,12 +35,15 @@ __all__ = ["DEFAULT_ORDER", "GROUP_KINDS", "GroupPlacement", "gpus_per_domain_us
            "group_ranks", "scale_up_domain_size"]
 
 DEFAULT_ORDER: Final = "tp-cp-ep-dp-pp"  # Megatron-Core initialize_model_parallel(order=...) default
-GROUP_KINDS: Final = ("tp", "cp", "dp", "pp", "dp_cp", "ep", "edp", "etp", "tp_ep")
+GROUP_KINDS: Final = ("tp", "cp", "dp", "pp", "dp_cp", "ep", "edp", "etp", "tp_ep", "dp_shard", "dp_replicate")
 _TOKENS: Final = ("tp", "cp", "ep", "dp", "pp")
 # Megatron's get_ranks() token of each kind; ep, edp, etp and tp_ep are cut from the expert grid.
 _MEMBERS: Final = {"tp": ("tp",), "cp": ("cp",), "dp": ("dp",), "pp": ("pp",), "dp_cp": ("cp", "dp"),
                    "ep": ("ep",), "edp": ("dp",), "etp": ("tp",), "tp_ep": ("tp", "ep")}
 _EXPERT_KINDS: Final = ("ep", "edp", "etp", "tp_ep")
+# HSDP cuts each dp_cp group: consecutive ``hsdp_shard_size`` ranks shard (inner, as torchtitan's
+# dp_shard mesh dimension sits inside dp_replicate), ranks that hold the same shard replicate.
+_HSDP_KINDS: Final = ("dp_shard", "dp_replicate")
 
 
 class _Layout(NamedTuple):
@@ -52,6 +55,7 @@ class _Layout(NamedTuple):
     pp: int
     ep: int
     etp: int
+    shard: int = 0  # hsdp_shard_size (0: the whole dp_cp group)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,7 +137,8 @@ def _parse_order(order: str) -> tuple[str, ...]:
 def _layout(strategy: Strategy) -> _Layout:
     # Megatron's expert_tensor_parallel_size defaults to tp; a Strategy with parallel folding sets it
     etp = getattr(strategy, "expert_tensor_parallel_size", strategy.tp)
-    return _Layout(strategy.tp, strategy.cp, strategy.dp, strategy.pp, strategy.ep, etp)
+    return _Layout(strategy.tp, strategy.cp, strategy.dp, strategy.pp, strategy.ep, etp,
+                   getattr(strategy, "hsdp_shard_size", 0))
 
 
 def _grid_sizes(layout: _Layout, expert: bool) -> dict[str, int]:
@@ -154,6 +159,8 @@ def _rank_rows(kind: str, layout: _Layout, tokens: tuple[str, ...], stage: int |
     Rows come in Megatron's order: ``generate_masked_orthogonal_rank_groups`` enumerates groups
     with the innermost non-member dimension fastest, and ranks within a group ascending.
     """
+    if kind in _HSDP_KINDS:
+        return _hsdp_rows(kind, _rank_rows("dp_cp", layout, tokens, stage), layout.shard)
     sizes = _grid_sizes(layout, expert=kind in _EXPERT_KINDS)
     outer_first = tokens[::-1]
     grid = np.arange(math.prod(sizes.values())).reshape([sizes[t] for t in outer_first])
@@ -165,6 +172,18 @@ def _rank_rows(kind: str, layout: _Layout, tokens: tuple[str, ...], stage: int |
     size = math.prod(grid.shape[i] for i in group_axes)
     # axes stay outer-to-inner, so each row lists its ranks in ascending order
     return grid.transpose(other_axes + group_axes).reshape(-1, size)
+
+
+def _hsdp_rows(kind: str, dp_cp: np.ndarray, shard: int) -> np.ndarray:
+    """The shard (consecutive ``shard`` ranks of each dp_cp group) or replicate groups of HSDP."""
+    size = dp_cp.shape[1]
+    shard = shard or size
+    if size % shard:
+        raise SpecError("strategy.hsdp_shard_size", shard, f"a divisor of dp * cp = {size}")
+    blocks = dp_cp.reshape(dp_cp.shape[0], size // shard, shard)  # (group, replica, shard rank)
+    if kind == "dp_shard":
+        return blocks.reshape(-1, shard)
+    return blocks.transpose(0, 2, 1).reshape(-1, size // shard)
 
 
 def _stages_of(kind: str, stage: int, pp: int) -> list[int]:
@@ -258,7 +277,9 @@ def group_placement(kind: str, strategy: Strategy, cluster: ClusterSpec,
         One of ``GROUP_KINDS``: ``tp``, ``cp``, ``dp``, ``pp`` (the pipeline; its
         send/recv pairs are adjacent stages), ``dp_cp`` (the gradient-sync group,
         ``dp * cp`` ranks), ``ep`` (expert parallel), ``edp`` (expert data parallel), ``etp``
-        (expert tensor parallel) or ``tp_ep`` (the expert-TP x EP group).
+        (expert tensor parallel), ``tp_ep`` (the expert-TP x EP group), ``dp_shard`` (the
+        ``hsdp_shard_size`` ranks of a dp_cp group one ZeRO shard spans; the dp_cp group without
+        HSDP) or ``dp_replicate`` (the ranks holding the same shard; size 1 without HSDP).
     strategy : Strategy
         Degrees; ``tp * cp * dp * pp`` must equal ``cluster.num_gpus``.
     cluster : ClusterSpec
