@@ -3,7 +3,10 @@
 ``register(subparsers)`` adds the subcommand to ``parplan.cli``'s parser; the
 subcommand's ``func(args)`` returns 0 (found), 2 (bad input: ``SpecError``,
 reported by ``parplan.cli.main``) or 3 (nothing feasible; the output says what
-would make it feasible).
+would make it feasible). ``--model`` goes through the one model parser
+(``costmodel.specs.model_source``); ``parplan search RUN.yaml`` takes model,
+cluster, batch, sequence length and framework from a run spec and compares the
+best strategy with that run's.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from typing import Any
 from threadpoolctl import threadpool_limits
 
 from constraints.oom import default_memory_margin
-from costmodel.specs.catalog import get_gpu, get_model
+from costmodel.specs.catalog import get_gpu
 from costmodel.specs.errors import SpecError
+from costmodel.specs.model_source import parse_model
+from costmodel.specs.runspec import RunSpec, load_run_spec
 from parplan._json import dumps
 from parplan._argtypes import int_list, jobs, number_in, positive_int, positive_number, seed
 from search import (
@@ -46,6 +51,8 @@ from search.samplers import SAMPLERS
 
 EXIT_OK, EXIT_INFEASIBLE, EXIT_INTERRUPTED = 0, 3, 130
 """130 = 128 + SIGINT, what shells report for a command ended by Ctrl-C."""
+EPILOG = ("exit codes: 0 a strategy was found; 2 bad input (one line naming the field); 3 no legal strategy fits "
+          "(the output says what would); 130 interrupted (stored trials are kept; rerun to resume)")
 # Llama 3 trained 405B with an initial batch of 4M tokens (Dubey et al. 2024, arXiv:2407.21783, section 3.4.1).
 DEFAULT_BATCH_TOKENS = 4 * 1024**2
 OBJECTIVES = ("time", "cost", "pareto")
@@ -59,11 +66,16 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "search", help="find the fastest (or cheapest) parallelism strategy",
         description="Search the legal parallelism strategies of a model on a GPU cluster: rules and the memory "
-                    "model prune, the cost model times the rest. Exit code 3 when nothing fits.")
+                    "model prune, the cost model times the rest. Exit code 3 when nothing fits.",
+        epilog=EPILOG)
     what = p.add_argument_group("problem")
-    what.add_argument("--model", required=True, help="catalog model name (see `parplan catalog models`)")
-    what.add_argument("--gpu", required=True, help="catalog GPU name (see `parplan catalog gpus`)")
-    count = what.add_mutually_exclusive_group(required=True)
+    what.add_argument("run_spec", nargs="?", default=None, metavar="RUN.yaml",
+                      help="take model, cluster, batch, sequence length and framework from this run spec and report "
+                           "how much faster the best strategy is than its strategy")
+    what.add_argument("--model", default=None,
+                      help="catalog name (see `parplan catalog models`), a model YAML or a Hugging Face config.json")
+    what.add_argument("--gpu", default=None, help="catalog GPU name (see `parplan catalog gpus`)")
+    count = what.add_mutually_exclusive_group()
     count.add_argument("--gpus", type=int_list(), metavar="N[,N...]",
                        help="GPU count, or a comma list of counts to compare")
     count.add_argument("--max-gpus", type=positive_int, metavar="N",
@@ -139,27 +151,51 @@ def _allowed_values(knob: str, text: str, item: str) -> tuple[Any, ...]:
     return tuple(_knob_value("allow", knob, v, item) for v in values)
 
 
-def problem_from_args(args: argparse.Namespace, num_gpus: int) -> SearchProblem:
-    """The search problem the arguments describe, on ``num_gpus`` GPUs."""
-    model, gpu = get_model(args.model), get_gpu(args.gpu)
-    seq = model.seq_length if args.seq_length is None else args.seq_length
-    batch = max(1, round(DEFAULT_BATCH_TOKENS / seq)) if args.global_batch_size is None else args.global_batch_size
+def baseline_run(args: argparse.Namespace) -> RunSpec | None:
+    """The run spec named on the command line (flags given beside it override its values), or ``None``."""
+    if args.run_spec is None:
+        for flag, value in (("--model", args.model), ("--gpu", args.gpu)):
+            if value is None:
+                raise SpecError(flag, None, "given (or a run spec: parplan search RUN.yaml)")
+        if args.gpus is None and args.max_gpus is None:
+            raise SpecError("--gpus", None, "given, or --max-gpus (or a run spec: parplan search RUN.yaml)")
+        return None
+    return load_run_spec(args.run_spec)
+
+
+def problem_from_args(args: argparse.Namespace, num_gpus: int, run: RunSpec | None = None) -> SearchProblem:
+    """The search problem the arguments (and the run spec ``run``, if any) describe, on ``num_gpus`` GPUs."""
+    if args.model is not None:
+        model = parse_model(args.model, seq_length=args.seq_length)[0]
+    else:
+        assert run is not None
+        model = run.model
+    gpu = get_gpu(args.gpu) if args.gpu is not None or run is None else run.cluster.gpu
+    seq = args.seq_length or (run.seq_length if run is not None and args.model is None else model.seq_length)
+    batch = args.global_batch_size or (run.strategy.global_batch_size if run is not None else
+                                       max(1, round(DEFAULT_BATCH_TOKENS / seq)))
+    node = args.gpus_per_node or (run.cluster.gpus_per_node if run is not None and args.gpu is None else None)
     fixed = {k: _knob_value("fix", k, v, item) for k, v, item in _pairs(args.fix, "fix")}
     allowed = {k: _allowed_values(k, v, item) for k, v, item in _pairs(args.allow, "allow")}
+    extra = {} if run is None else {"framework": run.framework}
     return SearchProblem(model=model, gpu=gpu, num_gpus=num_gpus, global_batch_size=batch, seq_length=seq,
-                         gpus_per_node=args.gpus_per_node, fixed=tuple(fixed.items()), allowed=tuple(allowed.items()),
+                         gpus_per_node=node, fixed=tuple(fixed.items()), allowed=tuple(allowed.items()),
                          max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_ep=args.max_ep,
                          max_vpp=args.max_vpp, max_micro_batch_size=args.max_micro_batch_size,
-                         memory_margin=args.memory_margin)
+                         memory_margin=args.memory_margin, **extra)
 
 
-def _counts(args: argparse.Namespace) -> list[int]:
+def _counts(args: argparse.Namespace, run: RunSpec | None = None) -> list[int]:
     if args.max_gpus is not None:
-        node = args.gpus_per_node or get_gpu(args.gpu).gpus_per_node
+        node = args.gpus_per_node or (get_gpu(args.gpu).gpus_per_node if args.gpu is not None or run is None
+                                      else run.cluster.gpus_per_node)
         counts = gpu_counts(args.max_gpus, node)
         if not counts:
             raise SpecError("--max-gpus", args.max_gpus, f"at least one GPU count that is whole nodes of {node}")
         return counts
+    if args.gpus is None:
+        assert run is not None
+        return [run.cluster.num_gpus]
     return list(dict.fromkeys(args.gpus))
 
 
@@ -170,12 +206,12 @@ def _check_out(args: argparse.Namespace) -> None:
         raise SpecError("--out", args.out, "a folder for the --export files (this is a file)")
 
 
-def _check_profile(args: argparse.Namespace) -> None:
+def _check_profile(args: argparse.Namespace, gpu: Any) -> None:
     """Load the profile once, before any trial: a bad folder is one error, not one per trial or per count."""
     if args.profile is None:
         return
     try:
-        search_timer(get_gpu(args.gpu), args.profile)
+        search_timer(gpu, args.profile)
     except SpecError as exc:
         if exc.field != "profile":
             raise
@@ -207,9 +243,11 @@ def _search_command(args: argparse.Namespace) -> int:
     _check_out(args)
     if args.storage is not None:
         check_storage_url(args.storage)
-    counts = _counts(args)
-    first = problem_from_args(args, counts[0])
-    _check_profile(args)
+    run = baseline_run(args)
+    counts = _counts(args, run)
+    first = problem_from_args(args, counts[0], run)
+    _check_profile(args, first.gpu)
+    args.baseline = run
     progress = SearchProgress(sys.stderr, live=None if not args.json else False)
     search = partial(_search_one, args=args, sampler=sampler, objective=objective, many=len(counts) > 1,
                      progress=progress)
@@ -263,15 +301,47 @@ def _single(args: argparse.Namespace, result: SearchResult, budget: Budget) -> i
             print("\n".join(why.lines(result.problem)))
         return EXIT_INFEASIBLE
     exports = _exports(args, result)
+    baseline = None if getattr(args, "baseline", None) is None else compare_with_run(args.baseline, result)
     if args.json:
         out = result.to_json(args.top)
         if exports:
             out["exports"] = exports
+        if baseline is not None:
+            out["baseline"] = baseline
         print(dumps(out))
         return EXIT_OK
     _print_result(result, args.top)
+    if baseline is not None:
+        print(_baseline_line(baseline))
     _print_exports(exports)
     return EXIT_OK
+
+
+def compare_with_run(run: RunSpec, result: SearchResult) -> dict[str, Any]:
+    """The run spec's own strategy, timed as the search times, and how much faster the best strategy is.
+
+    ``speedup`` is the run's step time over the best one's (``None`` when the
+    run breaks a rule or does not fit, so that it has no comparable time).
+    """
+    from costmodel.predict import predict_run
+
+    best = result.best
+    assert best is not None
+    predicted = predict_run(run, result.profile_dir, timer=search_timer(run.cluster.gpu, result.profile_dir))
+    step = predicted.get("step_time_s")
+    comparable = predicted["fits"] and not predicted["violations"] and step is not None and math.isfinite(step)
+    return {"strategy": run.strategy.to_dict(), "label": strategy_label(run.strategy),
+            "step_time_s": step if comparable else None, "fits": predicted["fits"],
+            "violations": predicted["violations"],
+            "speedup": step / best.step_time_s if comparable else None}
+
+
+def _baseline_line(baseline: dict[str, Any]) -> str:
+    if baseline["speedup"] is None:
+        why = "; ".join(baseline["violations"]) or "it does not fit in memory"
+        return f"the run spec's strategy ({baseline['label']}) has no comparable step time: {why}"
+    return (f"vs the run spec's strategy ({baseline['label']}, {baseline['step_time_s']:.3f} s/step): the best is "
+            f"{baseline['speedup']:.2f}x as fast")
 
 
 def _plan(args: argparse.Namespace, plan: BudgetPlan) -> int:
