@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import tomllib
@@ -56,6 +57,13 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--fp8-format", choices=("e4m3", "hybrid"))
     p.add_argument("--fp8-recipe", choices=("tensorwise", "delayed", "mxfp8", "blockwise", "custom"))
     p.add_argument("--moe-token-dispatcher-type", choices=("allgather", "alltoall", "flex"))
+    p.add_argument("--moe-flex-dispatcher-backend", choices=("deepep", "hybridep"))
+    p.add_argument("--moe-expert-capacity-factor", type=float)
+    p.add_argument("--expert-tensor-parallel-size", type=int)
+    p.add_argument("--cp-comm-type", choices=("p2p", "all_gather", "a2a", "a2a+p2p"))
+    for flag in ("--moe-pad-expert-input-to-capacity", "--moe-shared-expert-overlap",
+                 "--overlap-moe-expert-parallel-comm"):
+        p.add_argument(flag, action="store_true")
     p.add_argument("--attention-backend", choices=("flash", "fused", "unfused", "local", "auto"))
     p.add_argument("--normalization", choices=("LayerNorm", "RMSNorm"))
     p.add_argument("--position-embedding-type", choices=("learned_absolute", "rope", "none"))
@@ -75,7 +83,13 @@ def from_megatron_argv(argv: list[str], problem: Any) -> dict[str, Any]:
             "sequence_parallel": a.sequence_parallel, "recompute": a.recompute_granularity or "none",
             "zero_stage": zero, "precision": "fp8" if a.fp8_format else "fp16" if a.fp16 else "bf16",
             "flash_attention": a.attention_backend == "flash", "tp_comm_overlap": a.tp_comm_overlap,
-            "overlap_grad_reduce": a.overlap_grad_reduce, "overlap_param_gather": a.overlap_param_gather}
+            "overlap_grad_reduce": a.overlap_grad_reduce, "overlap_param_gather": a.overlap_param_gather,
+            "cp_comm_type": a.cp_comm_type or "p2p", "etp": a.expert_tensor_parallel_size,
+            "moe_token_dispatcher": ("hybridep" if a.moe_flex_dispatcher_backend == "hybridep"
+                                     else a.moe_token_dispatcher_type),
+            "moe_capacity_factor": a.moe_expert_capacity_factor if a.moe_pad_expert_input_to_capacity else None,
+            "moe_shared_expert_overlap": a.moe_shared_expert_overlap,
+            "moe_a2a_overlap": a.overlap_moe_expert_parallel_comm}
 
 
 def read_megatron(text: str, problem: Any) -> dict[str, Any]:
@@ -102,7 +116,9 @@ def read_torchtitan(text: str, problem: Any) -> dict[str, Any]:
     layers = [name for part in parts or [] for name in part if name.startswith("layers.")]
     assert layers == [f"layers.{i}" for i in range(problem.model.num_layers)] or parts is None  # each layer once
     fp8 = "float8" in c.get("model", {}).get("converters", [])
+    rotate = {"alltoall": "p2p", "allgather": "all_gather"}  # torchtitan's names for the K/V exchange
     return {"tp": par["tensor_parallel_degree"], "pp": pp, "cp": par["context_parallel_degree"],
+            "cp_comm_type": rotate.get(par.get("context_parallel_rotate_method", "allgather"), "p2p"),
             "ep": par["expert_parallel_degree"], "dp": shard * rep,
             "vpp": 1 if parts is None else len(parts) // pp,
             "micro_batch_size": par["pipeline_parallel_microbatch_size"],
@@ -134,11 +150,35 @@ def read_nemo(text: str, problem: Any) -> dict[str, Any]:
             "recompute": m["recompute_granularity"] or "none", "zero_stage": zero,
             "precision": {"bf16_mixed": "bf16", "fp16_mixed": "fp16"}.get(c["mixed_precision"], "fp8"),
             "tp_comm_overlap": c["comm_overlap"]["tp_comm_overlap"],
-            "overlap_grad_reduce": ddp["overlap_grad_reduce"], "overlap_param_gather": ddp["overlap_param_gather"]}
+            "overlap_grad_reduce": ddp["overlap_grad_reduce"], "overlap_param_gather": ddp["overlap_param_gather"],
+            "cp_comm_type": m.get("cp_comm_type") or "p2p", "etp": m.get("expert_tensor_parallel_size"),
+            "moe_token_dispatcher": ("hybridep" if m.get("moe_flex_dispatcher_backend") == "hybridep"
+                                     else m.get("moe_token_dispatcher_type")),
+            "moe_capacity_factor": m.get("moe_expert_capacity_factor"),
+            "moe_shared_expert_overlap": m.get("moe_shared_expert_overlap"),
+            "moe_a2a_overlap": m.get("overlap_moe_expert_parallel_comm")}
 
 
 READERS = {"megatron": read_megatron, "slurm": read_slurm, "torchtitan": read_torchtitan,
            "deepspeed": read_deepspeed, "nemo": read_nemo}
+
+
+MOE_KNOBS = frozenset({"etp", "moe_token_dispatcher", "moe_capacity_factor", "moe_shared_expert_overlap",
+                       "moe_a2a_overlap"})
+
+
+def _as_predicted(strategy: Strategy, problem: Any) -> dict[str, Any]:
+    """The strategy's knobs with every unset (None) one resolved as the prediction resolved it: the export
+    must spell what the prediction assumed, so a knob the user left to the framework comes back as its default."""
+    fw = problem.framework
+    out = {f.name: getattr(strategy, f.name) for f in dataclasses.fields(strategy)}
+    out["etp"] = strategy.expert_tensor_parallel_size
+    if strategy.moe_token_dispatcher is None:
+        out["moe_token_dispatcher"] = fw.moe_token_dispatcher
+    for knob in ("moe_shared_expert_overlap", "moe_a2a_overlap"):
+        if out[knob] is None:
+            out[knob] = bool(getattr(fw, knob))
+    return out
 
 
 def test_every_exporter_has_a_reader() -> None:
@@ -155,8 +195,11 @@ def test_export_parses_and_round_trips(name: str, case: str, tmp_path: Path) -> 
     back = READERS[name](path.read_text(), problem)
     carried = exporter.carried(strategy)
     assert {"tp", "dp", "micro_batch_size", "global_batch_size"} <= carried
+    if not problem.model.is_moe:  # MoE knobs are written for MoE models only
+        carried -= MOE_KNOBS
     assert carried <= set(back)
-    assert {k: back[k] for k in carried} == {k: getattr(strategy, k) for k in carried}
+    expected = _as_predicted(strategy, problem)
+    assert {k: back[k] for k in carried} == {k: expected[k] for k in carried}
 
 
 @pytest.mark.parametrize("name", sorted(EXPORTERS))
