@@ -241,7 +241,8 @@ def _p2p_seconds(run: RunSpec, timer: OperatorTimer) -> float:
 
 def _stage_placements(run: RunSpec, pp_rank: int) -> tuple[Any, ...]:
     """The placements of pipeline rank ``pp_rank``'s groups (stages alike in compute may differ here)."""
-    kinds = ("tp", "cp", "dp_cp", "dp_shard", "dp_replicate") + (("ep", "edp", "etp", "tp_ep") if run.model.is_moe else ())
+    kinds = ("tp", "cp", "dp_cp", "dp_shard", "dp_replicate")
+    kinds += ("ep", "edp", "etp", "tp_ep") if run.model.is_moe else ()
     return tuple(group_placement(kind, run.strategy, run.cluster, stage=pp_rank) for kind in kinds)
 
 

@@ -127,6 +127,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"baseline (one constant MFU = {b['mfu']:.3f} fitted on this set): MAPE {100 * b['mape']:.1f}%")
     if "interval_coverage" in result:
         print(f"80% interval coverage: {100 * result['interval_coverage']:.0f}%")
+    for key, groups in result.get("groups", {}).items():
+        _print_table([[name, str(g["n"]), f"{100 * g['mape']:.1f}%", f"{100 * g['constant_mfu_mape']:.1f}%",
+                       f"{g['constant_mfu']:.3f}"] for name, g in groups.items()],
+                     [key, "runs", "MAPE", "constant-MFU MAPE", "its MFU"])
     return EXIT_OK
 
 

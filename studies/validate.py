@@ -1,8 +1,10 @@
 """Validation: predict published runs and compare with their measured step times.
 
-A validation file is a YAML list of ``{id, source, unstated, framework, run,
+A validation file is a YAML list of ``{id, source, unstated, framework, family, run,
 measured: {step_time_s, how}}`` (docs/run_spec.md). Runs that cannot be
 predicted are listed with their reason and left out of the MAPE, never dropped.
+The MAPE is also reported per framework and per parallelism family, each beside the
+constant-MFU floor fitted on that group alone (``groups``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from costmodel.specs.runspec import RunSpec, run_spec_from_mapping
 from costmodel.specs.userfile import read_user_file
 
 ENTRY_KEYS = {"id", "source", "unstated", "framework", "family", "run", "measured"}
+GROUP_KEYS = ("framework", "family")
+"""Row fields the MAPE is broken down by (``groups`` in the output)."""
+UNLABELLED = "unlabelled"
 
 
 def load_validation_set(path: str | Path) -> list[dict[str, Any]]:
@@ -125,16 +130,34 @@ def best_constant_mfu(runs: Sequence[RunSpec], measured: Sequence[float]) -> tup
     return float(grid[i]), float(mapes[i])
 
 
+def group_errors(rows: Sequence[dict[str, Any]], runs: Sequence[RunSpec], key: str) -> dict[str, dict[str, Any]]:
+    """Per value of row field ``key``: runs, MAPE and the constant MFU fitted on that group alone.
+
+    ``rows`` are the predicted rows (an ``error`` each) and ``runs`` their run specs, in order.
+    """
+    by: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        by.setdefault(str(row.get(key) or UNLABELLED), []).append(i)
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(by):
+        idx = by[name]
+        mfu, floor = best_constant_mfu([runs[i] for i in idx], [rows[i]["measured_step_time_s"] for i in idx])
+        out[name] = {"n": len(idx), "mape": float(np.mean([abs(rows[i]["error"]) for i in idx])),
+                     "constant_mfu": mfu, "constant_mfu_mape": floor}
+    return out
+
+
 def validate(entries: Sequence[dict[str, Any]], base_dir: Path | None = None,
              profile_dir: str | Path | None = None) -> dict[str, Any]:
     """Predict every entry; per-run signed error, MAPE and the constant-MFU baseline."""
     rows: list[dict[str, Any]] = []
+    predicted_rows: list[dict[str, Any]] = []
     specs: list[RunSpec] = []
     measured: list[float] = []
     for entry in entries:
         meas = float(entry["measured"]["step_time_s"])
         row: dict[str, Any] = {"id": entry["id"], "source": entry.get("source", ""),
-                               "measured_step_time_s": meas}
+                               "measured_step_time_s": meas, "family": entry.get("family")}
         try:
             run = run_spec_from_mapping(_with_row_framework(entry), base_dir)
             pred = predict_run(run, profile_dir)
@@ -167,6 +190,7 @@ def validate(entries: Sequence[dict[str, Any]], base_dir: Path | None = None,
         rows.append(row)
         specs.append(run)
         measured.append(meas)
+        predicted_rows.append(row)
     errors = [abs(r["error"]) for r in rows if r["error"] is not None]
     out: dict[str, Any] = {"runs": rows, "n": len(errors), "mape": float(np.mean(errors)) if errors else None}
     # Every row is a run that ran: one predicted not to fit is a false OOM.
@@ -179,6 +203,7 @@ def validate(entries: Sequence[dict[str, Any]], base_dir: Path | None = None,
     if specs:
         mfu, base_mape = best_constant_mfu(specs, measured)
         out["baseline"] = {"kind": "one constant MFU fitted on this set", "mfu": mfu, "mape": base_mape}
+        out["groups"] = {key: group_errors(predicted_rows, specs, key) for key in GROUP_KEYS}
         covered = [r["inside_interval"] for r in rows if "inside_interval" in r]
         if covered:
             out["interval_coverage"] = float(np.mean(covered))
