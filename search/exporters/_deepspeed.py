@@ -22,6 +22,8 @@ class DeepSpeedExporter(Exporter):
 
     def carried(self, strategy: Strategy) -> frozenset[str]:
         out = {"tp", "dp", "micro_batch_size", "global_batch_size", "zero_stage"}
+        if strategy.shard_replicas > 1 and strategy.zero_stage == 3:  # MiCS is ZeRO-3 only
+            out.add("hsdp_shard_size")
         if strategy.precision != "fp8":
             out.add("precision")
         return frozenset(out)
@@ -40,6 +42,10 @@ class DeepSpeedExporter(Exporter):
             "communication_data_type": problem.framework.grad_reduce_dtype if s.precision != "fp16" else "fp16",
             "gradient_clipping": 1.0,
         }
+        if s.shard_replicas > 1 and s.zero_stage == 3:
+            # MiCS: partition within groups of this many ranks, replicate across them
+            # (deepspeed/runtime/zero/config.py mics_shard_size)
+            config["zero_optimization"]["mics_shard_size"] = s.shard_group_size
         if s.recompute != "none":
             config["activation_checkpointing"] = {"partition_activations": s.tp > 1,
                                                   "contiguous_memory_optimization": False}

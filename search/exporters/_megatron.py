@@ -14,6 +14,9 @@ from search.space import SearchProblem
 FSDP_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 # Transformer Engine recipes Megatron-LM's --fp8-recipe accepts (TransformerConfig.fp8_recipe).
 TE_FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
+# ZeRO stages whose HSDP Megatron-LM expresses: --num-distributed-optimizer-instances (arguments.py)
+# with the distributed optimizer, and with Megatron-FSDP plus --outer-dp-sharding-strategy no_shard.
+HSDP_STAGES = (1, 3)
 
 
 def framework_args(strategy: Strategy, model: ModelSpec, framework: Framework) -> list[list[str]]:
@@ -50,6 +53,18 @@ def moe_args(strategy: Strategy, framework: Framework) -> list[list[str]]:
     return args
 
 
+def hsdp_args(strategy: Strategy) -> list[list[str]]:
+    """HSDP as Megatron-LM spells it: the replicas are distributed-optimizer instances (ZeRO-1), or
+    Megatron-FSDP's outer data-parallel groups that replicate the shard (ZeRO-3, ``no_shard``)."""
+    s = strategy
+    if s.shard_replicas == 1 or s.zero_stage not in HSDP_STAGES:
+        return []
+    args = [["--num-distributed-optimizer-instances", str(s.shard_replicas)]]
+    if s.zero_stage == 3:
+        args.append(["--outer-dp-sharding-strategy", "no_shard"])
+    return args
+
+
 def strategy_args(strategy: Strategy, model: ModelSpec, framework: Framework | None = None) -> list[list[str]]:
     """The parallelism, batch, recompute, precision and framework arguments, grouped per flag."""
     s = strategy
@@ -74,6 +89,7 @@ def strategy_args(strategy: Strategy, model: ModelSpec, framework: Framework | N
     if s.zero_stage >= 2:
         args.append(["--use-megatron-fsdp"])
         args.append(["--data-parallel-sharding-strategy", FSDP_SHARDING[s.zero_stage]])
+    args += hsdp_args(s)
     if s.precision == "fp16":
         args.append(["--fp16"])
     else:
@@ -167,7 +183,9 @@ class MegatronExporter(Exporter):
                           "sequence_parallel", "recompute", "zero_stage", "precision", "flash_attention",
                           "tp_comm_overlap", "overlap_grad_reduce", "cp_comm_type", "etp", "moe_token_dispatcher",
                           "moe_capacity_factor", "moe_shared_expert_overlap", "moe_a2a_overlap"}
-                         | ({"overlap_param_gather"} if strategy.zero_stage >= 1 else set()))
+                         | ({"overlap_param_gather"} if strategy.zero_stage >= 1 else set())
+                         | ({"hsdp_shard_size"} if strategy.shard_replicas > 1 and strategy.zero_stage in HSDP_STAGES
+                            else set()))
 
     def render(self, strategy: Strategy, problem: SearchProblem) -> str:
         lines = [" ".join(group) for group in megatron_argv(strategy, problem)]

@@ -9,7 +9,7 @@ import yaml
 from costmodel.specs.layout import layout_of
 from costmodel.specs.strategy import Strategy
 from search.exporters._base import Exporter, header
-from search.exporters._megatron import FSDP_SHARDING
+from search.exporters._megatron import FSDP_SHARDING, HSDP_STAGES
 from search.space import SearchProblem
 
 MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed"}
@@ -45,7 +45,9 @@ class NeMoExporter(Exporter):
                           "sequence_parallel", "recompute", "zero_stage", "precision", "tp_comm_overlap",
                           "overlap_grad_reduce", "overlap_param_gather", "cp_comm_type", "etp",
                           "moe_token_dispatcher", "moe_capacity_factor", "moe_shared_expert_overlap",
-                          "moe_a2a_overlap"})
+                          "moe_a2a_overlap"}
+                         | ({"hsdp_shard_size"} if strategy.shard_replicas > 1 and strategy.zero_stage in HSDP_STAGES
+                            else set()))
 
     def render(self, strategy: Strategy, problem: SearchProblem) -> str:
         s, fw = strategy, problem.framework
@@ -84,6 +86,10 @@ class NeMoExporter(Exporter):
         }
         if s.zero_stage >= 2:
             ddp.update({"use_megatron_fsdp": True, "data_parallel_sharding_strategy": FSDP_SHARDING[s.zero_stage]})
+        if s.shard_replicas > 1 and s.zero_stage in HSDP_STAGES:  # DistributedDataParallelConfig (HSDP)
+            ddp["num_distributed_optimizer_instances"] = s.shard_replicas
+            if s.zero_stage == 3:
+                ddp["outer_dp_sharding_strategy"] = "no_shard"
         data = {
             "model": model,
             "train": {"micro_batch_size": s.micro_batch_size, "global_batch_size": s.global_batch_size},

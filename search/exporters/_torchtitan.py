@@ -47,6 +47,8 @@ class TorchtitanExporter(Exporter):
             out.add("cp_comm_type")
         if strategy.zero_stage != 1:  # torchtitan has no optimizer-only sharding
             out.add("zero_stage")
+        if strategy.shard_replicas > 1 and strategy.zero_stage == 3:  # HSDP: FSDP2 on a 2-D mesh
+            out.add("hsdp_shard_size")
         if strategy.sequence_parallel == (strategy.tp > 1):  # its TP plan always shards norms (SP)
             out.add("sequence_parallel")
         return frozenset(out)
@@ -62,7 +64,8 @@ class TorchtitanExporter(Exporter):
 
     def render(self, strategy: Strategy, problem: SearchProblem) -> str:
         s = strategy
-        replicate, shard = (s.dp, 1) if s.zero_stage == 0 else (1, s.dp)
+        # torchtitan's dp degrees exclude cp (FSDP shards over dp_shard * cp); HSDP replicas split dp
+        replicate, shard = (s.dp, 1) if s.zero_stage == 0 else (s.shard_replicas, s.dp // s.shard_replicas)
         lines = [header(problem, s).rstrip("\n"), ""]
         if s.precision == "fp8":
             lines += ["[model]", 'converters = ["float8"]', ""]
