@@ -112,6 +112,7 @@ class Graph:
     unplaced: Counter[str] = field(default_factory=Counter)  # reason: name -> events
     unplaced_gpu_us: float = 0.0
     weakly_placed: Counter[str] = field(default_factory=Counter)  # placed by stream order alone
+    weakly_placed_gpu_us: float = 0.0
     gpu_us: float = 0.0
     world_size: int = 1
     device_name: str | None = None
@@ -165,6 +166,7 @@ def _add_rank(graph: Graph, trace: RawTrace) -> dict[object, str]:
         if launcher is None:
             # Placed in stream order only (the profiler lost its launch, e.g. early in the window).
             graph.weakly_placed[f"GPU op without its launch call: {_short(event.name)}"] += 1
+            graph.weakly_placed_gpu_us += event.dur
         stream = str(event.args.get("stream", event.tid))
         node = Node(event.name, "gpu", ("gpu", str(rank), str(event.args.get("device", event.pid)), stream), rank,
                     event.ts, event.dur, kernel_family(event.name, event.cat), launch=launcher)

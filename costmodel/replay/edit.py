@@ -1,0 +1,258 @@
+"""What-if edits over an execution graph (Lumos, arXiv 2504.09307, section 5). Each returns a new graph.
+
+- :func:`scale_family`: every GPU operation of a family (``gemm``, ``attention``, ``conv``,
+  ``elementwise``, ``collective``, ``memcpy``, ``memset``) takes ``factor`` times as long;
+- :func:`scale_network`: collectives on links ``factor`` times as fast (bandwidth-bound: time / factor);
+- :func:`change_group_size`: collectives of a group re-timed for another group size with the
+  nccl-tests bus factor of ``costmodel/comm/formulas.py`` (bandwidth term; compute unchanged), the
+  data-parallel degree edit;
+- :func:`change_layers`: repeat or remove the graph's repeated layer block, per iteration;
+- :func:`remove_syncs`: drop cross-stream waits or host synchronisation, to show what overlap gains;
+- :func:`typical_launch_latency`: every launch at the rank's median latency (a stricter replay).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Final
+
+import numpy as np
+
+from costmodel.comm.formulas import bus_factor
+from costmodel.replay.graph import Graph, Node
+from costmodel.specs.errors import SpecError
+
+__all__ = ["apply_what_if", "change_group_size", "change_layers", "collective_op", "parse_what_if",
+           "remove_syncs", "scale_family", "scale_network", "typical_launch_latency"]
+
+FAMILIES: Final = ("gemm", "attention", "conv", "elementwise", "collective", "memcpy", "memset")
+_NCCL_OPS: Final = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
+                    ("alltoall", "all_to_all"), ("sendrecv", "send_recv"), ("send", "send_recv"),
+                    ("recv", "send_recv"), ("broadcast", "all_gather"))
+
+
+def _copy(graph: Graph) -> Graph:
+    nodes = [replace(n, waits=list(n.waits)) for n in graph.nodes]
+    return replace(graph, nodes=nodes, lanes={k: list(v) for k, v in graph.lanes.items()})
+
+
+def scale_family(graph: Graph, family: str, factor: float) -> Graph:
+    """GPU operations of ``family`` take ``factor`` times their duration."""
+    out = _copy(graph)
+    for node in out.nodes:
+        if node.kind == "gpu" and node.family == family:
+            node.dur *= factor
+    return out
+
+
+def scale_network(graph: Graph, factor: float) -> Graph:
+    """Collectives on a network ``factor`` times as fast (their time divided by ``factor``)."""
+    return scale_family(graph, "collective", 1.0 / factor)
+
+
+def collective_op(kernel: str) -> str | None:
+    """The collective an NCCL/RCCL kernel name runs (``ncclKernel_AllReduce_RING_LL_Sum_float`` -> all_reduce)."""
+    flat = re.sub(r"[^a-z]", "", kernel.lower())
+    return next((op for needle, op in _NCCL_OPS if needle in flat), None)
+
+
+def change_group_size(graph: Graph, factor: float, group: int | None = None) -> Graph:
+    """Collectives of ``group`` ranks (default: the world, the data-parallel group of a pure-DP job) on
+    ``factor`` times as many ranks; time scales with the bus factor ``busbw / algbw`` of the op."""
+    out = _copy(graph)
+    for node in out.nodes:
+        if node.collective is None or (group is not None and node.collective[0] != group):
+            continue
+        op, size = collective_op(node.name), node.collective[0]
+        new = max(1, round(size * factor))
+        if op is None or op == "send_recv" or size < 2:
+            continue
+        node.dur *= (bus_factor(op, new) / bus_factor(op, size)) if new > 1 else 0.0
+    return out
+
+
+def remove_syncs(graph: Graph, kind: str = "all") -> Graph:
+    """Drop cross-stream waits (``stream``), host synchronisation (``host``) or both (``all``)."""
+    out = _copy(graph)
+    for node in out.nodes:
+        if node.kind == "gpu" and kind in ("stream", "all"):
+            node.waits.clear()
+        elif node.kind == "cpu" and node.family == "sync" and kind in ("host", "all") and node.waits:
+            node.waits.clear()
+            node.dur = node.tail  # what the call costs when it need not wait
+    return out
+
+
+def typical_launch_latency(graph: Graph) -> Graph:
+    """Every asynchronously launched GPU operation at its rank's median launch latency instead of its
+    recorded one (a synchronous copy keeps its own: the host call it blocks is what starts it)."""
+    out = _copy(graph)
+    nodes = out.nodes
+    asynchronous = [n for i, n in enumerate(nodes) if n.kind == "gpu" and n.launch is not None
+                    and i not in nodes[n.launch].waits]
+    by_rank: dict[int, list[float]] = {}
+    for node in asynchronous:
+        by_rank.setdefault(node.rank, []).append(node.latency or 0.0)
+    median = {rank: float(np.median(v)) for rank, v in by_rank.items()}
+    for node in asynchronous:
+        node.latency = median[node.rank]
+    return out
+
+
+def _longest_repeat(names: np.ndarray, min_period: int = 4) -> tuple[int, int, int] | None:
+    """(start, period, repeats) of the longest run of a repeated block in ``names``, or None."""
+    best: tuple[int, int, int] | None = None
+    best_cover = 0
+    for period in range(min_period, len(names) // 2 + 1):
+        same = np.concatenate(([False], names[:-period] == names[period:], [False]))
+        edges = np.flatnonzero(np.diff(same.astype(np.int8)))
+        if edges.size == 0:
+            continue
+        runs = edges[1::2] - edges[::2]
+        at = int(np.argmax(runs))
+        cover = int(runs[at]) + period
+        if runs[at] >= period and cover > best_cover:
+            best, best_cover = (int(edges[::2][at]), period, cover // period), cover
+    return best
+
+
+def layer_blocks(graph: Graph, step_index: int) -> list[list[list[int]]]:
+    """The repeated layer blocks of one iteration on its busiest stream: per block, each repeat's kernels.
+
+    The longest repeated kernel sequence is the forward (or backward) layer; a second one with as
+    many repeats, elsewhere in the iteration, is the other direction.
+    """
+    step, nodes = graph.steps[step_index], graph.nodes
+    lo, hi = nodes[step.begin].start, nodes[step.end].start
+    lanes = [lane for lane in graph.lanes if lane[0] == "gpu" and lane[1] == str(step.rank)]
+    if not lanes:
+        return []
+    busiest = max(lanes, key=lambda lane: len(graph.lanes[lane]))
+    kernels = [i for i in graph.lanes[busiest] if nodes[i].launch is not None
+               and lo <= nodes[nodes[i].launch].start < hi]  # type: ignore[index]
+    codes: dict[str, int] = {}
+    names = np.array([codes.setdefault(nodes[i].name, len(codes)) for i in kernels], dtype=np.int64)
+    found = _longest_repeat(names)
+    if found is None:
+        return []
+    start, period, repeats = found
+    blocks = [[kernels[start + r * period:start + (r + 1) * period] for r in range(repeats)]]
+    masked = names.copy()
+    masked[start:start + period * repeats] = -1 - np.arange(period * repeats)  # never equal to anything
+    second = _longest_repeat(masked)
+    if second is not None and second[2] == repeats:
+        start, period, _ = second
+        blocks.append([kernels[start + r * period:start + (r + 1) * period] for r in range(repeats)])
+    return blocks
+
+
+def _span(graph: Graph, kernels: list[int]) -> set[int]:
+    """The CPU calls launching ``kernels`` (and everything between them on their threads) and the GPU
+    operations those calls launched."""
+    nodes = graph.nodes
+    launchers = [nodes[i].launch for i in kernels]
+    span: set[int] = set()
+    for lane in {nodes[i].lane for i in launchers}:  # type: ignore[index]
+        times = [nodes[i].start for i in launchers if nodes[i].lane == lane]  # type: ignore[index]
+        lo, hi = min(times), max(times)
+        span.update(i for i in graph.lanes[lane] if nodes[i].kind == "cpu" and lo <= nodes[i].start <= hi)
+    span.update(i for i, n in enumerate(nodes) if n.kind == "gpu" and n.launch in span)
+    return span
+
+
+def change_layers(graph: Graph, delta: int) -> Graph:
+    """``delta`` more (or, negative, fewer) copies of each iteration's repeated layer block(s)."""
+    out = _copy(graph)
+    for step_index in range(len(graph.steps)):
+        for repeats in layer_blocks(graph, step_index):
+            if -delta >= len(repeats):
+                raise SpecError("what-if layers", delta, f"more than -{len(repeats)} (the trace has "
+                                                         f"{len(repeats)} repeated layers)")
+            if delta > 0:
+                _repeat(out, _span(graph, repeats[-1]), delta)
+            for kernels in repeats[:max(0, -delta)]:
+                _remove(out, _span(graph, kernels))
+    return out
+
+
+def _repeat(graph: Graph, span: set[int], copies: int) -> None:
+    nodes = graph.nodes
+    for _ in range(copies):
+        mapping: dict[int, int] = {}
+        for index in sorted(span):
+            mapping[index] = len(nodes)
+            nodes.append(replace(nodes[index], waits=list(nodes[index].waits)))
+        for new in mapping.values():
+            node = nodes[new]
+            if node.launch is not None:
+                node.launch = mapping.get(node.launch, node.launch)
+            node.waits = [mapping.get(w, w) for w in node.waits]
+        for lane, members in graph.lanes.items():
+            inside = [p for p, i in enumerate(members) if i in span]
+            if inside:
+                at = inside[-1] + 1
+                members[at:at] = [mapping[members[p]] for p in inside]
+
+
+def _remove(graph: Graph, span: set[int]) -> None:
+    """Zero the time of ``span`` (its nodes stay as placeholders, so no index moves)."""
+    for index in span:
+        node = graph.nodes[index]
+        node.dur, node.gap, node.tail = 0.0, 0.0, 0.0
+        node.latency = 0.0 if node.kind == "gpu" else node.latency
+        node.waits = [] if node.kind != "gpu" else node.waits
+
+
+def parse_what_if(text: str) -> list[tuple[str, str]]:
+    """``'gemm=0.5,network=2,layers=+8,dp=2x,sync=none'`` -> ordered ``(key, value)`` pairs, checked."""
+    allowed = ", ".join(FAMILIES) + ", network, layers, dp, sync"
+    pairs = []
+    for item in text.split(","):
+        key, sep, value = item.strip().partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not value:
+            raise SpecError("what-if", item, f"KEY=VALUE items, KEY one of {allowed}")
+        if key not in FAMILIES and key not in ("network", "layers", "dp", "sync"):
+            raise SpecError("what-if", key, f"one of {allowed}")
+        pairs.append((key, value))
+    for key, value in pairs:
+        _value(key, value)
+    return pairs
+
+
+def _value(key: str, value: str) -> float | int | str:
+    if key == "sync":
+        if value not in ("none", "stream", "host"):
+            raise SpecError("what-if sync", value, "none (drop all), stream or host")
+        return value
+    if key == "layers":
+        if not re.fullmatch(r"[+-]\d{1,4}", value) or int(value) == 0:
+            raise SpecError("what-if layers", value, "a signed non-zero count such as +8 or -2")
+        return int(value)
+    number = value[:-1] if key == "dp" and value.endswith("x") else value
+    try:
+        factor = float(number)
+    except ValueError:
+        factor = float("nan")
+    if not (np.isfinite(factor) and 0 < factor <= 1e6):
+        raise SpecError(f"what-if {key}", value, "a number > 0 and <= 1e6" + (" (a factor, e.g. 2x)" if key == "dp" else ""))
+    return factor
+
+
+def apply_what_if(graph: Graph, pairs: list[tuple[str, str]]) -> Graph:
+    """Apply parsed ``pairs`` in order. ``dp=2x`` doubles the data-parallel degree; ``network=2`` doubles link
+    bandwidth; ``gemm=0.5`` halves GEMM time; ``layers=+8`` adds 8 layers; ``sync=none`` drops waits."""
+    for key, raw in pairs:
+        value = _value(key, raw)
+        if key in FAMILIES:
+            graph = scale_family(graph, key, float(value))
+        elif key == "network":
+            graph = scale_network(graph, float(value))
+        elif key == "dp":
+            graph = change_group_size(graph, float(value))
+        elif key == "layers":
+            graph = change_layers(graph, int(value))
+        else:
+            graph = remove_syncs(graph, "all" if value == "none" else str(value))
+    return graph
