@@ -218,6 +218,15 @@ def framework_runs_hsdp(run: RunSpec) -> str | None:
             f"(framework {fw.name} shards hybrid at ZeRO stages: {offered})")
 
 
+def framework_runs_cp_comm_type(run: RunSpec) -> str | None:
+    """The framework implements this context-parallel exchange (``Framework.cp_comm_types``)."""
+    fw, s = run.framework, run.strategy
+    if s.cp == 1 or s.cp_comm_type in fw.cp_comm_types:
+        return None
+    return (f"cp_comm_type={s.cp_comm_type} is not offered by {fw.display_name} (framework {fw.name} runs "
+            f"{', '.join(fw.cp_comm_types)})")
+
+
 def framework_runs_precision(run: RunSpec) -> str | None:
     fw = run.framework
     if run.strategy.precision == "fp16" and not fw.supports_fp16:
@@ -264,6 +273,7 @@ RULES: tuple[Rule, ...] = (
     precision_supported,
     framework_runs_zero_stage,
     framework_runs_hsdp,
+    framework_runs_cp_comm_type,
     framework_runs_precision,
     framework_runs_tp_comm_overlap,
 )

@@ -31,6 +31,7 @@ FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise", "rowwise", "aqt")
 # op-level policy ("op") or its every-other-layer full checkpointing ("layer").
 SELECTIVE_RECOMPUTE = ("megatron", "op", "layer")
 BYTES = {"fp32": 4, "bf16": 2}
+CP_EXCHANGES = ("p2p", "all_gather", "a2a")  # costmodel.specs.strategy.CP_COMM_TYPES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +98,9 @@ class Framework:
     """ZeRO stages the framework implements (1 = distributed optimizer, 3 = FSDP)."""
     zero_stages_with_pp: tuple[int, ...] = (0, 1, 3)
     """ZeRO stages it accepts together with pipeline parallelism (pp > 1)."""
+    cp_comm_types: tuple[str, ...] = ("p2p", "all_gather", "a2a")
+    """Context-parallel exchanges it implements (``Strategy.cp_comm_type``): the K/V ring ``p2p``,
+    the K/V ``all_gather`` (Llama 3) and the head all-to-all ``a2a`` (Ulysses)."""
     hsdp_zero_stages: tuple[int, ...] = ()
     """ZeRO stages it can shard within a group of data-parallel ranks and replicate across groups
     (``Strategy.hsdp_shard_size``, hybrid sharded data parallelism); empty: none."""
@@ -119,6 +123,9 @@ class Framework:
                      "distributed_optimizer", "fp8_weight_cache", "fp8_param_gather", "supports_fp16", "supports_tp_comm_overlap",
                      "moe_shared_expert_overlap", "moe_a2a_overlap"):
             require_bool(f"{where}.{name}", getattr(self, name))
+        if not isinstance(self.cp_comm_types, tuple) or not self.cp_comm_types \
+                or not set(self.cp_comm_types) <= set(CP_EXCHANGES):
+            raise SpecError(f"{where}.cp_comm_types", self.cp_comm_types, "a list among " + ", ".join(CP_EXCHANGES))
         for name in ("zero_stages", "zero_stages_with_pp", "hsdp_zero_stages"):
             stages = getattr(self, name)
             if not isinstance(stages, tuple) or not set(stages) <= {0, 1, 2, 3}:
@@ -137,7 +144,7 @@ class Framework:
 
 FIELD_NAMES = frozenset(f.name for f in fields(Framework))
 _FILE_KEYS = FIELD_NAMES | {"inherits", "sources", "aliases"}
-_TUPLE_FIELDS = ("zero_stages", "zero_stages_with_pp", "hsdp_zero_stages")
+_TUPLE_FIELDS = ("zero_stages", "zero_stages_with_pp", "hsdp_zero_stages", "cp_comm_types")
 
 
 def _read_file(name: str) -> dict[str, Any]:
