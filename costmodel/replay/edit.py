@@ -193,6 +193,11 @@ def _repeat(graph: Graph, span: set[int], copies: int) -> None:
             if inside:
                 at = inside[-1] + 1
                 members[at:at] = [mapping[members[p]] for p in inside]
+        # Who waited for the block (a sync, another stream) now waits for its last copy.
+        for index, node in enumerate(nodes[:min(mapping.values())]):
+            if index not in span and any(w in span for w in node.waits):
+                node.waits = [mapping.get(w, w) for w in node.waits]
+        span = set(mapping.values())
 
 
 def _remove(graph: Graph, span: set[int]) -> None:

@@ -181,10 +181,10 @@ def _end_cpu(nodes: list[Node], index: int, start: np.ndarray, end: np.ndarray, 
              reason: list[str]) -> None:
     node, begin = nodes[index], start[index]
     finish = begin + node.dur
-    if node.waits:
+    if node.waits:  # its recorded time held the wait: only the tail after the work is its own
         waited = max(node.waits, key=lambda w: end[w])
-        if end[waited] > begin and end[waited] + node.tail >= finish:
-            finish = end[waited] + node.tail
+        finish = max(begin, end[waited]) + node.tail
+        if end[waited] > begin:
             bound_by[index], reason[index] = waited, WAIT  # the call's return was set by the GPU
     end[index] = finish
 

@@ -1,0 +1,37 @@
+import json
+
+from parplan.cli import main
+from tests.replay.synth import synthetic_trace, write
+
+
+def test_replay_json_has_the_contract_fields(tmp_path, capsys):
+    path = write(tmp_path / "t.json.gz", synthetic_trace())
+    assert main(["replay", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [it["name"] for it in out["iterations"]] == ["ProfilerStep#0", "ProfilerStep#1"]
+    assert {"measured_s", "replayed_s"} <= set(out["iterations"][0]) and out["unplaced"] == {}
+
+
+def test_what_if_prints_the_edited_time_beside_the_baseline(tmp_path, capsys):
+    path = write(tmp_path / "t.json", synthetic_trace())
+    assert main(["replay", str(path), "--what-if", "gemm=0.5", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["iterations"][0]
+    assert row["replayed_s"] < row["baseline_replayed_s"]
+    assert main(["replay", str(path)]) == 0
+    assert "ProfilerStep#0" in capsys.readouterr().out
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / "x.json").write_text("{}")
+    for argv in (["replay", str(tmp_path / "x.json")], ["replay", str(tmp_path / "x.json"), "--what-if", "gemm=-1"],
+                 ["replay", str(tmp_path / "missing.json")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("parplan: error:") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_trace_without_steps_is_refused(tmp_path, capsys):
+    data = synthetic_trace()
+    data["traceEvents"] = [e for e in data["traceEvents"] if e["cat"] != "user_annotation"]
+    assert main(["replay", str(write(tmp_path / "t.json", data))]) == 2
+    assert "ProfilerStep" in capsys.readouterr().err
