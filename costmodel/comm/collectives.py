@@ -25,6 +25,7 @@ from costmodel.comm.formulas import (
     single_domain_seconds,
     tree_all_reduce_seconds,
 )
+from costmodel.comm.nccl_tuning import platform_for
 from costmodel.comm.placement import GroupPlacement
 from costmodel.specs.errors import SpecError
 from costmodel.specs.gpu import GPUSpec
@@ -52,6 +53,7 @@ def _link_figures(gpu: GPUSpec, cal: CommCalibration) -> LinkFigures:
         out_p2p_bytes_per_s=min(out * cal.net_bus_efficiency, cal.net_p2p_peer_bandwidth_bytes_per_s),
         up_latency_s=gpu.intra_node_latency_s,
         out_latency_s=gpu.inter_node_latency_s,
+        platform=platform_for(gpu.name),
     )
 
 

@@ -64,6 +64,19 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
+from costmodel.comm.nccl_tuning import (
+    BASE_LATENCY_US,
+    DEFAULT_PLATFORM,
+    PROTOCOLS,
+    NcclPlatform,
+    channel_fraction,
+    net_overhead_s,
+    protocol_bus_bandwidth,
+    ring_plateau_factor,
+    scaled_hop_latency_s,
+    tree_correction,
+)
+
 __all__ = [
     "NCCL_BASE_LATENCY_S",
     "OPS",
@@ -103,6 +116,7 @@ class LinkFigures:
     up_latency_s: float
     out_latency_s: float
     base_latency_s: float = NCCL_BASE_LATENCY_S
+    platform: NcclPlatform = DEFAULT_PLATFORM
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -124,14 +138,77 @@ def bus_bandwidth(op: str, message_bytes: Bytes, seconds: Bytes, n: int) -> Byte
     return bus_factor(op, n) * message_bytes / seconds
 
 
-def single_domain_seconds(op: str, message_bytes: Bytes, n: int, links: LinkFigures) -> Bytes:
-    """``op`` among ``n`` ranks of one NVLink domain: ring (alltoall: direct) over the scale-up tier."""
+def _protocols(links: LinkFigures, across: bool) -> tuple[str, ...]:
+    """Protocols priced: NCCL's three inside a domain (LL128 only over NVLink), Simple across domains.
+
+    Inside one NVLink domain NCCL's LL / LL128 estimates match nccl-tests (see the module notes);
+    across the network they run 1.5-1.7x faster than every published mid-size multi-node sweep,
+    which NCCL's Simple-protocol ring and tree estimates match, so those price it.
+    """
+    if across:
+        return ("Simple",)
+    return PROTOCOLS if links.platform.ll128 else ("LL", "Simple")
+
+
+def _ring_seconds(op: str, message_bytes: Bytes, n: Bytes | int, k: int, simple_bus_bytes_per_s: float,
+                  links: LinkFigures, *, one_rank_per_domain: bool = False) -> Bytes:
+    """NCCL's ring at its fastest protocol: ``nsteps`` hops, ``nInterSteps`` of them over the NIC [NCCL-TUNING]."""
+    platform, up_tier = links.platform, links.platform.scale_up
+    hops, out_hops = ring_hops(op, n), (ring_hops(op, k) if k > 1 else 0)
+    best = np.full(np.shape(message_bytes), np.inf)
+    for proto in _protocols(links, across=k > 1):
+        up_hop = scaled_hop_latency_s(up_tier, "ring", proto, links.up_latency_s)
+        out_hop = 0.0
+        if k > 1:
+            up_hop = max(up_hop, net_overhead_s(platform, proto))
+            # with one rank per node NCCL prices the ring's network steps at the Tree latency
+            out_hop = scaled_hop_latency_s("net", "tree" if one_rank_per_domain else "ring", proto,
+                                           links.out_latency_s)
+        latency = BASE_LATENCY_US["ring"][PROTOCOLS.index(proto)] * 1e-6 + (hops - out_hops) * up_hop \
+            + out_hops * out_hop
+        if proto == "Simple":
+            # NCCL applies its ring plateau to all_reduce, the one op with a second algorithm to rank
+            # against; all_gather and reduce_scatter run the same ring pipeline, so they carry it too
+            # (an all_reduce ring is a reduce-scatter then an all-gather)
+            latency = latency * ring_plateau_factor(platform, message_bytes, n, k)
+        share = channel_fraction(proto, "ring", message_bytes, n, platform, k)
+        bus = protocol_bus_bandwidth("ring", proto, simple_bus_bytes_per_s, platform, k, share)
+        best = np.minimum(best, latency + bus_factor(op, n) * message_bytes / bus)
+    return best
+
+
+def _tree_seconds(message_bytes: Bytes, g: int, k: int, simple_seconds_per_byte: float,
+                  links: LinkFigures) -> Bytes:
+    """NCCL's Tree all_reduce at its fastest protocol (a chain inside a domain, double binary tree across)."""
+    platform, up_tier = links.platform, links.platform.scale_up
+    levels = int(math.floor(math.log2(k))) if k > 1 else 0  # NCCL's log2i
+    best = np.full(np.shape(message_bytes), np.inf)
+    for proto in _protocols(links, across=k > 1):
+        up_hop = scaled_hop_latency_s(up_tier, "tree", proto, links.up_latency_s)
+        out_hop = scaled_hop_latency_s("net", "tree", proto, links.out_latency_s)
+        latency = BASE_LATENCY_US["tree"][PROTOCOLS.index(proto)] * 1e-6 + 2 * ((g - 1) * up_hop + levels * out_hop)
+        # algbw = busbw / 2 for the tree [NCCL-TUNING], so its Simple bus bandwidth is 2 / seconds-per-byte
+        share = channel_fraction(proto, "tree", message_bytes, g * k, platform, k)
+        bus = protocol_bus_bandwidth("tree", proto, 2.0 / simple_seconds_per_byte, platform, k, share) \
+            * tree_correction(proto, message_bytes)
+        best = np.minimum(best, latency + 2.0 * message_bytes / bus)
+    return best
+
+
+def single_domain_seconds(op: str, message_bytes: Bytes, n: Bytes | int, links: LinkFigures) -> Bytes:
+    """``op`` among ``n`` ranks of one NVLink domain over the scale-up tier.
+
+    Ring (all_reduce: the faster of ring and tree), each at its fastest protocol; alltoall direct.
+    """
     if op == "send_recv":
         return links.base_latency_s + links.up_latency_s + message_bytes / links.up_p2p_bytes_per_s
-    moved = bus_factor(op, n) * message_bytes
     if op == "all_to_all":
+        moved = bus_factor(op, n) * message_bytes
         return links.base_latency_s + (n - 1) * links.up_latency_s + moved / links.up_all_to_all_bytes_per_s
-    return links.base_latency_s + ring_hops(op, n) * links.up_latency_s + moved / links.up_ring_bytes_per_s
+    ring = _ring_seconds(op, message_bytes, n, 1, links.up_ring_bytes_per_s, links)
+    if op != "all_reduce" or np.ndim(n) > 0:
+        return ring  # an array of group sizes (what-if ratios) prices the ring, the large-message algorithm
+    return np.minimum(ring, _tree_seconds(message_bytes, int(n), 1, 2.0 / links.up_ring_bytes_per_s, links))
 
 
 def ring_across_seconds(op: str, message_bytes: Bytes, g: int, k: int, links: LinkFigures,
@@ -139,23 +216,22 @@ def ring_across_seconds(op: str, message_bytes: Bytes, g: int, k: int, links: Li
     """all_reduce / all_gather / reduce_scatter as one flat NCCL ring over ``k`` domains of ``g`` ranks.
 
     ``n`` (default ``g * k``): ranks in all, where domains hold unequal counts and ``g`` is the fewest.
+    The fastest of NCCL's protocols (LL, LL128, Simple) with their latencies and bandwidths.
     """
     n = g * k if n is None else n
-    out_hops = ring_hops(op, k)
-    latency = (links.base_latency_s + (ring_hops(op, n) - out_hops) * links.up_latency_s
-               + out_hops * links.out_latency_s)
-    seconds_per_byte = bus_factor(op, n) * max((g - 1) / g / links.up_ring_bytes_per_s,
-                                               1.0 / g / links.out_ring_bytes_per_s)
-    return latency + seconds_per_byte * message_bytes
+    seconds_per_byte = max((g - 1) / g / links.up_ring_bytes_per_s, 1.0 / g / links.out_ring_bytes_per_s)
+    return _ring_seconds(op, message_bytes, n, k, 1.0 / seconds_per_byte, links, one_rank_per_domain=g == 1)
 
 
 def tree_all_reduce_seconds(message_bytes: Bytes, g: int, k: int, links: LinkFigures) -> Bytes:
-    """Hierarchical all_reduce: reduce-scatter in each domain, double binary tree across, all-gather."""
-    latency = links.base_latency_s + 2 * ((g - 1) * links.up_latency_s + math.ceil(math.log2(k)) * links.out_latency_s)
+    """Hierarchical all_reduce: reduce-scatter in each domain, double binary tree across, all-gather.
+
+    NCCL's Tree with its all_reduce factor and medium-size correction [NCCL-TUNING].
+    """
     up = 2.0 * (g - 1) / g / links.up_ring_bytes_per_s
     tree_sends_per_domain = 1.0 if k == 2 else 2.0
-    out = tree_sends_per_domain / g / links.out_ring_bytes_per_s
-    return latency + max(up, out) * message_bytes
+    seconds_per_byte = max(up, tree_sends_per_domain / g / links.out_ring_bytes_per_s)
+    return _tree_seconds(message_bytes, g, k, seconds_per_byte, links)
 
 
 def all_to_all_across_seconds(message_bytes: Bytes, g: int, k: int, links: LinkFigures,
