@@ -23,6 +23,7 @@ from threadpoolctl import threadpool_limits
 from constraints.oom import default_memory_margin
 from costmodel.specs.catalog import get_gpu
 from costmodel.specs.errors import SpecError
+from costmodel.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, get_framework
 from costmodel.specs.model_source import parse_model
 from costmodel.specs.runspec import RunSpec, load_run_spec
 from parplan._json import dumps
@@ -85,6 +86,9 @@ def register(subparsers: Any) -> None:
     what.add_argument("--global-batch-size", type=positive_int, default=None,
                       help="sequences per step (default: about 4M tokens, as Llama 3 started with)")
     what.add_argument("--seq-length", type=positive_int, default=None, help="default: the model's")
+    what.add_argument("--framework", default=None, metavar="NAME",
+                      help=f"the framework the job launches under ({', '.join(FRAMEWORK_NAMES)}; default "
+                           f"{DEFAULT_FRAMEWORK}, or the run spec's): the space offers only what it runs")
     knobs = p.add_argument_group("space")
     knobs.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE",
                        help=f"hold a knob at one value, e.g. tp=8 (knobs: {', '.join(KNOBS)})")
@@ -178,6 +182,8 @@ def problem_from_args(args: argparse.Namespace, num_gpus: int, run: RunSpec | No
     fixed = {k: _knob_value("fix", k, v, item) for k, v, item in _pairs(args.fix, "fix")}
     allowed = {k: _allowed_values(k, v, item) for k, v, item in _pairs(args.allow, "allow")}
     extra = {} if run is None else {"framework": run.framework}
+    if args.framework is not None:  # beside a run spec, the flag wins as the other flags do
+        extra["framework"] = get_framework(args.framework)
     return SearchProblem(model=model, gpu=gpu, num_gpus=num_gpus, global_batch_size=batch, seq_length=seq,
                          gpus_per_node=node, fixed=tuple(fixed.items()), allowed=tuple(allowed.items()),
                          max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_ep=args.max_ep,
@@ -405,7 +411,7 @@ def _table(rows: list[list[str]], header: list[str]) -> None:
 def _print_result(result: SearchResult, top: int) -> None:
     p = result.problem
     print(f"{p.model.name} on {p.num_gpus} x {p.gpu.name}, global batch {p.global_batch_size} x "
-          f"{p.seq_length} tokens")
+          f"{p.seq_length} tokens, under {p.framework.display_name}")
     rows = []
     ranked = result.pareto_front() if result.objective == "pareto" else result.top(top)
     for i, e in enumerate(ranked, 1):
