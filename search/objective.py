@@ -251,6 +251,48 @@ def record(trial: Any, evaluation: Evaluation, space: StrategySpace) -> None:
         trial.set_user_attr("mfu", evaluation.mfu)
 
 
+DASHBOARD_CONSTRAINTS = "constraints"
+"""System attribute optuna-dashboard (0.21) reads a trial's constraints from: Optuna's old list format, which
+Optuna 5 still reads beside ``constraints:<name>`` (``optuna.study._constrained_optimization``)."""
+SUGGESTED = "suggested"
+"""User attribute keeping the values the sampler proposed, where snapping changed them (for an exact resume)."""
+
+
+def stored_copy(trial: Any) -> Any:
+    """The ``FrozenTrial`` to store: parameters exactly the evaluated strategy, constraint readable by the dashboard.
+
+    A sampler's proposal is snapped to the nearest legal value (``suggest_strategy``);
+    the stored ``params`` are the knobs evaluated, and the proposal is kept in the
+    ``suggested`` user attribute so that :func:`working_copy` restores it.
+    """
+    import optuna
+
+    evaluated = trial.user_attrs.get("strategy", {})
+    params = {k: evaluated.get(k, v) for k, v in trial.params.items()}
+    user_attrs = dict(trial.user_attrs)
+    if params != trial.params:
+        user_attrs[SUGGESTED] = dict(trial.params)
+    system_attrs = dict(trial.system_attrs)
+    if f"constraints:{CONSTRAINT}" in system_attrs:
+        system_attrs[DASHBOARD_CONSTRAINTS] = [system_attrs[f"constraints:{CONSTRAINT}"]]
+    return optuna.trial.create_trial(state=trial.state, values=trial.values, params=params,
+                                     distributions=trial.distributions, user_attrs=user_attrs,
+                                     system_attrs=system_attrs, intermediate_values=trial.intermediate_values)
+
+
+def working_copy(trial: Any) -> Any:
+    """A stored trial as the sampler proposed it (inverse of :func:`stored_copy`), for resuming a search."""
+    import optuna
+
+    suggested = trial.user_attrs.get(SUGGESTED)
+    if not suggested:
+        return trial
+    user_attrs = {k: v for k, v in trial.user_attrs.items() if k != SUGGESTED}
+    return optuna.trial.create_trial(state=trial.state, values=trial.values, params={**trial.params, **suggested},
+                                     distributions=trial.distributions, user_attrs=user_attrs,
+                                     system_attrs=trial.system_attrs, intermediate_values=trial.intermediate_values)
+
+
 def objective_values(evaluation: Evaluation, objective: str = "time") -> float | tuple[float, float]:
     """What Optuna minimises: step time, or (step time, peak memory) for the Pareto front."""
     if objective not in OBJECTIVES:

@@ -26,6 +26,8 @@ import sqlalchemy as sa
 from optuna.storages import JournalStorage
 from optuna.storages.journal import BaseJournalBackend
 
+from search.objective import stored_copy
+
 metadata = sa.MetaData()
 trials_table = sa.Table(
     "parplan_trials", metadata,
@@ -88,7 +90,7 @@ def write_trials(engine: sa.engine.Engine, key: str, directions: Sequence[str],
                                 directions=[optuna.study.StudyDirection[d.upper()] for d in directions])
     for name, value in attrs.items():
         study.set_user_attr(name, value)
-    study.add_trials(trials)
+    study.add_trials([stored_copy(t) for t in trials])  # evaluated params, dashboard-readable constraints
     with engine.begin() as conn:
         conn.execute(sa.delete(trials_table).where(trials_table.c.key == key))
         _insert(conn, key, journal.logs, 0)

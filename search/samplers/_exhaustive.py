@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 from threadpoolctl import threadpool_limits
 
-from search.objective import Evaluation, Evaluator, objective_values, strategy_from_attrs
+from search.objective import DASHBOARD_CONSTRAINTS, Evaluation, Evaluator, objective_values, strategy_from_attrs
 from search.samplers._base import BaseSearcher, TrialCallback
 from search.space import StrategySpace
 
@@ -127,3 +127,4 @@ class _AttrHolder:
 
     def set_constraint(self, key: str, value: float) -> None:
         self.system_attrs[f"constraints:{key}"] = float(value)
+        self.system_attrs[DASHBOARD_CONSTRAINTS] = [float(value)]  # what optuna-dashboard reads

@@ -25,7 +25,7 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from search.objective import Evaluation, Evaluator, optuna_objective, strategy_from_attrs
+from search.objective import Evaluation, Evaluator, optuna_objective, stored_copy, strategy_from_attrs, working_copy
 from search.samplers._base import BaseSearcher, TrialCallback
 from search.space import StrategySpace
 from search.storage import study_directions
@@ -111,7 +111,7 @@ class OptunaSearcher(BaseSearcher):
 
         def finished_one(work: Any, trial: optuna.trial.FrozenTrial) -> None:
             if store is not None and trial.state == TrialState.COMPLETE:
-                store.add_trial(trial)
+                store.add_trial(stored_copy(trial))
             if on_trial is not None:
                 on_trial(finished(work), total)
 
@@ -141,7 +141,7 @@ class OptunaSearcher(BaseSearcher):
                 on_trial: TrialCallback | None) -> list[Evaluation]:
         work = optuna.create_study(directions=study_directions(self.directions), sampler=self.make_sampler())
         if store is not None:
-            work.add_trials(finished_trials(store))
+            work.add_trials([working_copy(t) for t in finished_trials(store)])
         # Resuming: the stored strategies are evaluated again (one batch, memoised), not run again.
         evaluator.evaluate_many(strategy_from_attrs(t.user_attrs, space) for t in finished_trials(work))
         if finished(work) < total:
