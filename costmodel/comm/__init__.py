@@ -1,7 +1,7 @@
 """Collective communication time: where each process group sits, and what its collectives cost."""
 
 from costmodel.comm.calibration import CommCalibration, default_calibration
-from costmodel.comm.collectives import IntraPredictor, collective_seconds, link_figures
+from costmodel.comm.collectives import IntraPredictor, collective_seconds, link_figures, nccl_algorithm
 from costmodel.comm.formulas import OPS, LinkFigures, bus_bandwidth, bus_factor
 from costmodel.comm.placement import (
     DEFAULT_ORDER,
@@ -25,5 +25,6 @@ __all__ = [
     "default_calibration",
     "group_placement",
     "link_figures",
+    "nccl_algorithm",
     "scale_up_domain_size",
 ]

@@ -3,7 +3,8 @@
 Inside one NVLink domain a measured-NCCL predictor (``intra``) is used where it covers the
 group size and message; elsewhere, and across domains, the alpha-beta formulas of
 :mod:`costmodel.comm.formulas` with the link figures of the GPU catalog and the efficiencies
-of ``calibration.yaml``.
+of ``calibration.yaml``: every algorithm/protocol NCCL's tuner weighs, and the cheapest of them
+(:func:`nccl_algorithm` names it).
 """
 
 from __future__ import annotations
@@ -16,21 +17,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from costmodel.comm.calibration import CommCalibration, default_calibration
-from costmodel.comm.formulas import (
-    OPS,
-    LinkFigures,
-    all_to_all_across_seconds,
-    ring_across_seconds,
-    send_recv_seconds,
-    single_domain_seconds,
-    tree_all_reduce_seconds,
-)
+from costmodel.comm.formulas import OPS, LinkFigures, candidate_seconds
 from costmodel.comm.nccl_tuning import platform_for
 from costmodel.comm.placement import GroupPlacement
 from costmodel.specs.errors import SpecError
 from costmodel.specs.gpu import GPUSpec
 
-__all__ = ["IntraPredictor", "collective_seconds", "link_figures"]
+__all__ = ["IntraPredictor", "collective_seconds", "link_figures", "nccl_algorithm"]
 
 IntraPredictor = Callable[[str, int, NDArray[np.float64]], tuple[NDArray[np.float64], NDArray[np.bool_]]]
 """``(op, num_gpus, message_bytes) -> (seconds, in_range)``: measured NCCL inside one domain."""
@@ -57,23 +50,30 @@ def _link_figures(gpu: GPUSpec, cal: CommCalibration) -> LinkFigures:
     )
 
 
-def _analytic_seconds(op: str, message_bytes: NDArray[np.float64], placement: GroupPlacement,
-                      links: LinkFigures) -> NDArray[np.float64]:
-    n, g, k = placement.size, placement.gpus_per_node, placement.num_domains
-    if op == "send_recv":
-        return send_recv_seconds(message_bytes, placement.crosses_nodes, links)
+def _candidates(op: str, message_bytes: NDArray[np.float64], placement: GroupPlacement,
+                links: LinkFigures) -> dict[str, NDArray[np.float64]]:
+    n = placement.size
     if not placement.crosses_nodes:
-        return single_domain_seconds(op, message_bytes, n, links)
+        return candidate_seconds(op, message_bytes, n, 1, links)
     # An uneven spread (a group cut 8 + 24 by a domain boundary) is priced by the domains it really
     # spans and its n ranks, with the NIC share of its fewest-populated domain (g): that domain's
     # ranks send the most bytes across, and its NICs carry every ring channel's crossing.
-    if op == "all_to_all":
-        return all_to_all_across_seconds(message_bytes, g, k, links, n=n)
-    ring = ring_across_seconds(op, message_bytes, g, k, links, n=n)
-    if op == "all_reduce":
-        # NCCL's tuner runs the algorithm its model predicts faster [NCCL-TUNING]
-        return np.minimum(ring, tree_all_reduce_seconds(message_bytes, g, k, links))
-    return ring
+    return candidate_seconds(op, message_bytes, placement.gpus_per_node, max(placement.num_domains, 2), links, n=n)
+
+
+def nccl_algorithm(op: str, message_bytes: ArrayLike, placement: GroupPlacement, gpu: GPUSpec, *,
+                   calibration: CommCalibration | None = None) -> list[str]:
+    """The algorithm/protocol NCCL's tuner runs for each message size (``"ring/LL128"``, ``"tree/Simple"``, ...).
+
+    The analytic model's choice, the cheapest of :func:`costmodel.comm.formulas.candidate_seconds`.
+    """
+    if op not in OPS:
+        raise SpecError("op", op, "one of " + ", ".join(OPS))
+    sizes = np.atleast_1d(np.asarray(message_bytes, dtype=np.float64))
+    candidates = _candidates(op, sizes, placement, link_figures(gpu, calibration))
+    names = list(candidates)
+    best = np.argmin(np.stack([candidates[name] for name in names]), axis=0)
+    return [names[i] for i in best]
 
 
 @overload
@@ -124,7 +124,8 @@ def collective_seconds(op: str, message_bytes: ArrayLike, placement: GroupPlacem
         seconds = np.zeros_like(sizes)
     else:
         flat = np.atleast_1d(sizes)
-        seconds = _analytic_seconds(op, flat, placement, link_figures(gpu, calibration))
+        candidates = _candidates(op, flat, placement, link_figures(gpu, calibration))
+        seconds = np.minimum.reduce(list(candidates.values()))
         if intra is not None and not placement.crosses_nodes:
             ranks = 2 if op == "send_recv" else placement.size
             measured, in_range = intra(op, ranks, flat)

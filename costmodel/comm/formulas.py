@@ -13,12 +13,29 @@ Bus bandwidth [NCCLT-PERF]: ``busbw = S / t * factor``, factor ``2(n-1)/n`` for 
 ``factor * S`` bytes through every GPU's link, so ``t = factor * S / B`` and busbw is the link
 bandwidth ``B``.
 
-Latency follows NCCL's own tuning model (src/graph/tuning.cc) [NCCL-TUNING]: a per-collective
-base of 8.4 us (Ring/Tree, Simple protocol) plus one per-hop latency per ring step,
-``(nsteps - nInterSteps) * intraLat + nInterSteps * interLat`` with ``nsteps = 2(n-1)`` for
-all_reduce and ``n-1`` for all_gather / reduce_scatter, ``nInterSteps = 2(k-1)`` and ``k-1``; tree
-all_reduce ``2 * ((g-1) * intraLat + log2(k) * interLat)``. The per-hop latencies are the
-catalog's ``intra_node_latency_us`` / ``inter_node_latency_us``.
+Algorithms and protocols follow NCCL's tuning model (src/graph/tuning.cc, src/enqueue.cc; the
+figures are in :mod:`costmodel.comm.nccl_tuning`) [NCCL-TUNING]. Every (algorithm, protocol)
+pair is priced ``latency + bytes / bandwidth`` and the cheapest runs, as NCCL's tuner does:
+
+* latency: NCCL's base latency of the pair plus one hop per step,
+  ``(nsteps - nInterSteps) * intraLat + nInterSteps * interLat`` for the ring (``nsteps = 2(n-1)``
+  for all_reduce, ``n-1`` for all_gather / reduce_scatter; ``nInterSteps = 2(k-1)``, ``k-1``),
+  ``2 * ((g-1) * intraLat + log2i(k) * interLat)`` for the tree. A hop is the catalog's
+  ``intra_node_latency_us`` / ``inter_node_latency_us`` (Ring/Simple) scaled by NCCL's
+  hwLatencies ratio for the pair; across nodes an intra-node ring step costs at least NCCL's
+  network overhead (1 us, 2 us on AMD hosts, x3 with Simple), and a Simple ring's latency
+  carries NCCL's x1.4 plateau once each rank's share of a channel is >= 64 B.
+* bandwidth: the calibrated Simple bandwidth of the links times NCCL's protocol factor (Ring LL
+  0.5 up to its LL cap, LL128 0.92 up to its per-channel cap; Tree 0.92, LL 1/3.8, LL128 7/9 or
+  120/128), the tree's medium-size correction, and the share of the channels a call of that size
+  launches (one per 32 KiB with Simple).
+
+Inside one NVLink domain the three protocols compete, which reproduces the small- and mid-size
+switch of nccl-tests sweeps (LL below ~4 MiB, LL128 to ~40 MiB, Simple above on 8 NVLink4 GPUs).
+Across domains only Simple is priced: there NCCL's LL / LL128 (and NVLS Tree) estimates run
+1.5-1.7x faster than every published mid-size multi-node measurement [GTC24-S62129],
+[ARX-2411.13055], AWS P6-B200 [MLE-NET], which the Simple ring and tree with NCCL's plateau and
+tree corrections match within their plotted ranges (benchmarks/collectives.py).
 
 Across domains NCCL runs one of two algorithms for all_reduce and picks the faster by its
 model [NCCL-TUNING]; all_gather and reduce_scatter always use the ring:
@@ -33,7 +50,7 @@ model [NCCL-TUNING]; all_gather and reduce_scatter always use the ring:
   github.com/NVIDIA/nccl-tests/issues/160).
 * **Tree (hierarchical)**: reduce-scatter inside each domain, the per-GPU shards reduced across
   domains over each GPU's NIC with a double binary tree, all-gather inside the domain (NCCL's
-  Tree / NVLSTree). The tiers again overlap. Per domain the double binary tree sends ``S`` over
+  Tree). The tiers again overlap. Per domain the double binary tree sends ``S`` over
   the domain's ``g`` NICs when ``k = 2`` (each domain is the root of one tree and a leaf of the
   other) and about ``2 S`` when ``k > 2`` (interior in one tree: up and down), which is why a
   2-node tree busbw can exceed the NIC limit [NCCLT-196] while at 4 nodes the ring is as fast.
@@ -49,10 +66,10 @@ of multiple NICs" [NCCLT-267], [NCCLT-130]; that gives busbw ``(n-1)/(n-g) * NIC
 ``k/(k-1)`` times the NIC rate (2x on 2 nodes) as those threads state. Its latency counts one
 hop per peer (NCCL's alltoall is ``n-1`` grouped send/recv pairs).
 
-Not modelled: NVLink SHARP (NVLS, +20-30% all_reduce busbw on Hopper and later [MLE-NET]),
-IB SHARP, NCCL's protocol switch (LL / LL128) for small messages, the reduced channel count
-of mid-size messages, and direct-mesh NVLink topologies (HGX-4 / Perlmutter pairs get 4 of 12
-links [NCCLT-331]): the scale-up tier is treated as a switch.
+Not modelled: NVLink SHARP (NVLS / NVLS Tree, +20-30% all_reduce busbw on Hopper and later
+[MLE-NET]; its tuner estimate at 64 MB-1 GB is faster than the measured NVLS Tree), IB SHARP /
+CollNet, PAT (one GPU per node), and direct-mesh NVLink topologies (HGX-4 / Perlmutter pairs
+get 4 of 12 links [NCCLT-331]): the scale-up tier is treated as a switch.
 """
 
 from __future__ import annotations
@@ -84,6 +101,7 @@ __all__ = [
     "all_to_all_across_seconds",
     "bus_factor",
     "bus_bandwidth",
+    "candidate_seconds",
     "ring_across_seconds",
     "ring_hops",
     "send_recv_seconds",
@@ -150,20 +168,18 @@ def _protocols(links: LinkFigures, across: bool) -> tuple[str, ...]:
     return PROTOCOLS if links.platform.ll128 else ("LL", "Simple")
 
 
-def _ring_seconds(op: str, message_bytes: Bytes, n: Bytes | int, k: int, simple_bus_bytes_per_s: float,
-                  links: LinkFigures, *, one_rank_per_domain: bool = False) -> Bytes:
-    """NCCL's ring at its fastest protocol: ``nsteps`` hops, ``nInterSteps`` of them over the NIC [NCCL-TUNING]."""
+def _ring_candidates(op: str, message_bytes: Bytes, n: Bytes | int, k: int, simple_bus_bytes_per_s: float,
+                     links: LinkFigures) -> dict[str, Bytes]:
+    """NCCL's ring per protocol: ``nsteps`` hops, ``nInterSteps`` of them over the NIC [NCCL-TUNING]."""
     platform, up_tier = links.platform, links.platform.scale_up
     hops, out_hops = ring_hops(op, n), (ring_hops(op, k) if k > 1 else 0)
-    best = np.full(np.shape(message_bytes), np.inf)
+    seconds = {}
     for proto in _protocols(links, across=k > 1):
         up_hop = scaled_hop_latency_s(up_tier, "ring", proto, links.up_latency_s)
         out_hop = 0.0
         if k > 1:
             up_hop = max(up_hop, net_overhead_s(platform, proto))
-            # with one rank per node NCCL prices the ring's network steps at the Tree latency
-            out_hop = scaled_hop_latency_s("net", "tree" if one_rank_per_domain else "ring", proto,
-                                           links.out_latency_s)
+            out_hop = scaled_hop_latency_s("net", "ring", proto, links.out_latency_s)
         latency = BASE_LATENCY_US["ring"][PROTOCOLS.index(proto)] * 1e-6 + (hops - out_hops) * up_hop \
             + out_hops * out_hop
         if proto == "Simple":
@@ -173,16 +189,16 @@ def _ring_seconds(op: str, message_bytes: Bytes, n: Bytes | int, k: int, simple_
             latency = latency * ring_plateau_factor(platform, message_bytes, n, k)
         share = channel_fraction(proto, "ring", message_bytes, n, platform, k)
         bus = protocol_bus_bandwidth("ring", proto, simple_bus_bytes_per_s, platform, k, share)
-        best = np.minimum(best, latency + bus_factor(op, n) * message_bytes / bus)
-    return best
+        seconds[f"ring/{proto}"] = latency + bus_factor(op, n) * message_bytes / bus
+    return seconds
 
 
-def _tree_seconds(message_bytes: Bytes, g: int, k: int, simple_seconds_per_byte: float,
-                  links: LinkFigures) -> Bytes:
-    """NCCL's Tree all_reduce at its fastest protocol (a chain inside a domain, double binary tree across)."""
+def _tree_candidates(message_bytes: Bytes, g: int, k: int, simple_seconds_per_byte: float,
+                     links: LinkFigures) -> dict[str, Bytes]:
+    """NCCL's Tree all_reduce per protocol (a chain inside a domain, double binary tree across)."""
     platform, up_tier = links.platform, links.platform.scale_up
     levels = int(math.floor(math.log2(k))) if k > 1 else 0  # NCCL's log2i
-    best = np.full(np.shape(message_bytes), np.inf)
+    seconds = {}
     for proto in _protocols(links, across=k > 1):
         up_hop = scaled_hop_latency_s(up_tier, "tree", proto, links.up_latency_s)
         out_hop = scaled_hop_latency_s("net", "tree", proto, links.out_latency_s)
@@ -191,8 +207,37 @@ def _tree_seconds(message_bytes: Bytes, g: int, k: int, simple_seconds_per_byte:
         share = channel_fraction(proto, "tree", message_bytes, g * k, platform, k)
         bus = protocol_bus_bandwidth("tree", proto, 2.0 / simple_seconds_per_byte, platform, k, share) \
             * tree_correction(proto, message_bytes)
-        best = np.minimum(best, latency + 2.0 * message_bytes / bus)
-    return best
+        seconds[f"tree/{proto}"] = latency + 2.0 * message_bytes / bus
+    return seconds
+
+
+def _fastest(candidates: dict[str, Bytes]) -> Bytes:
+    """The cheapest candidate per message size, as NCCL's tuner runs it (``topoGetAlgoInfo``) [NCCL-TUNING]."""
+    return np.minimum.reduce(list(candidates.values()))
+
+
+def candidate_seconds(op: str, message_bytes: Bytes, g: int, k: int, links: LinkFigures,
+                      n: int | None = None) -> dict[str, Bytes]:
+    """Time of every algorithm/protocol NCCL weighs for ``op`` on ``k`` domains of ``g`` ranks.
+
+    Keys are ``"ring/LL"``, ``"tree/Simple"``, ...; all_to_all and send_recv have one entry
+    (``"direct"``, ``"p2p"``). The time of ``op`` is the smallest entry.
+    """
+    n = g * k if n is None else n
+    if op == "send_recv":
+        return {"p2p": send_recv_seconds(message_bytes, k > 1, links)}
+    if op == "all_to_all":
+        return {"direct": single_domain_seconds(op, message_bytes, n, links) if k == 1
+                else all_to_all_across_seconds(message_bytes, g, k, links, n=n)}
+    if k == 1:
+        ring = _ring_candidates(op, message_bytes, n, 1, links.up_ring_bytes_per_s, links)
+        tree_seconds_per_byte = 2.0 / links.up_ring_bytes_per_s
+    else:
+        ring = _ring_candidates(op, message_bytes, n, k, 1.0 / _ring_seconds_per_byte(g, links), links)
+        tree_seconds_per_byte = _tree_seconds_per_byte(g, k, links)
+    if op != "all_reduce":
+        return ring
+    return ring | _tree_candidates(message_bytes, n if k == 1 else g, k, tree_seconds_per_byte, links)
 
 
 def single_domain_seconds(op: str, message_bytes: Bytes, n: Bytes | int, links: LinkFigures) -> Bytes:
@@ -205,10 +250,9 @@ def single_domain_seconds(op: str, message_bytes: Bytes, n: Bytes | int, links: 
     if op == "all_to_all":
         moved = bus_factor(op, n) * message_bytes
         return links.base_latency_s + (n - 1) * links.up_latency_s + moved / links.up_all_to_all_bytes_per_s
-    ring = _ring_seconds(op, message_bytes, n, 1, links.up_ring_bytes_per_s, links)
-    if op != "all_reduce" or np.ndim(n) > 0:
-        return ring  # an array of group sizes (what-if ratios) prices the ring, the large-message algorithm
-    return np.minimum(ring, _tree_seconds(message_bytes, int(n), 1, 2.0 / links.up_ring_bytes_per_s, links))
+    if np.ndim(n) > 0:  # an array of group sizes (what-if ratios): the ring, priced per size
+        return _fastest(_ring_candidates(op, message_bytes, n, 1, links.up_ring_bytes_per_s, links))
+    return _fastest(candidate_seconds(op, message_bytes, int(n), 1, links))
 
 
 def ring_across_seconds(op: str, message_bytes: Bytes, g: int, k: int, links: LinkFigures,
@@ -219,8 +263,19 @@ def ring_across_seconds(op: str, message_bytes: Bytes, g: int, k: int, links: Li
     The fastest of NCCL's protocols (LL, LL128, Simple) with their latencies and bandwidths.
     """
     n = g * k if n is None else n
-    seconds_per_byte = max((g - 1) / g / links.up_ring_bytes_per_s, 1.0 / g / links.out_ring_bytes_per_s)
-    return _ring_seconds(op, message_bytes, n, k, 1.0 / seconds_per_byte, links, one_rank_per_domain=g == 1)
+    return _fastest(_ring_candidates(op, message_bytes, n, k, 1.0 / _ring_seconds_per_byte(g, links), links))
+
+
+def _ring_seconds_per_byte(g: int, links: LinkFigures) -> float:
+    """Per byte the ring moves through each GPU: its NVLink share and its NIC share overlap; the slower binds."""
+    return max((g - 1) / g / links.up_ring_bytes_per_s, 1.0 / g / links.out_ring_bytes_per_s)
+
+
+def _tree_seconds_per_byte(g: int, k: int, links: LinkFigures) -> float:
+    """Per all_reduce byte of the hierarchical tree: domain reduce-scatter / all-gather or the NICs."""
+    up = 2.0 * (g - 1) / g / links.up_ring_bytes_per_s
+    tree_sends_per_domain = 1.0 if k == 2 else 2.0
+    return max(up, tree_sends_per_domain / g / links.out_ring_bytes_per_s)
 
 
 def tree_all_reduce_seconds(message_bytes: Bytes, g: int, k: int, links: LinkFigures) -> Bytes:
@@ -228,10 +283,7 @@ def tree_all_reduce_seconds(message_bytes: Bytes, g: int, k: int, links: LinkFig
 
     NCCL's Tree with its all_reduce factor and medium-size correction [NCCL-TUNING].
     """
-    up = 2.0 * (g - 1) / g / links.up_ring_bytes_per_s
-    tree_sends_per_domain = 1.0 if k == 2 else 2.0
-    seconds_per_byte = max(up, tree_sends_per_domain / g / links.out_ring_bytes_per_s)
-    return _tree_seconds(message_bytes, g, k, seconds_per_byte, links)
+    return _fastest(_tree_candidates(message_bytes, g, k, _tree_seconds_per_byte(g, k, links), links))
 
 
 def all_to_all_across_seconds(message_bytes: Bytes, g: int, k: int, links: LinkFigures,

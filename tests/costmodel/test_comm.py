@@ -21,6 +21,7 @@ from costmodel.comm import (
     bus_bandwidth,
     collective_seconds,
     default_calibration,
+    link_figures,
 )
 from costmodel.specs import SpecError, get_gpu
 from costmodel.specs.gpu import override_gpu
@@ -204,3 +205,120 @@ def test_benchmark_skips_measured_part_without_the_shared_data(tmp_path):
     report = json.loads(done.stdout)
     assert report["measured"] is None and report["measured_skipped"]
     assert len({row["name"] for row in report["published"]}) >= 4
+
+
+# --- NCCL's tuning model (costmodel/comm/nccl_tuning.py): figures of src/graph/tuning.cc and
+# src/enqueue.cc at github.com/NVIDIA/nccl 5067397c ---------------------------------------------
+def _nccl_ring_time_us(proto: str, size: float, n: int, simple_busbw_gbps: float) -> float:
+    """NCCL's own ring estimate inside one NVLink node (ncclTopoTuneModel / ncclTopoGetAlgoTime), by hand."""
+    base = {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}[proto]
+    hop = {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}[proto]
+    busbw = {"LL": min(141.0, 0.5 * simple_busbw_gbps), "LL128": 0.92 * simple_busbw_gbps,
+             "Simple": simple_busbw_gbps}[proto]
+    return base + 2 * (n - 1) * hop + 2 * (n - 1) / n * size / (1e3 * busbw)
+
+
+def _crossover(low: str, high: str, n: int, simple_busbw_gbps: float) -> float:
+    sizes = np.logspace(16, 32, 4000, base=2)
+    faster = [_nccl_ring_time_us(high, s, n, simple_busbw_gbps) < _nccl_ring_time_us(low, s, n, simple_busbw_gbps)
+              for s in sizes]
+    return float(sizes[faster.index(True)])
+
+
+def test_in_node_protocol_switches_where_nccls_tuner_switches():
+    from costmodel.comm.collectives import nccl_algorithm
+
+    simple = H100.intra_node_bandwidth_bytes_per_s * default_calibration().ring_efficiency_for(H100.name) / 1e9
+    ll_to_ll128 = _crossover("LL", "LL128", 8, simple)
+    ll128_to_simple = _crossover("LL128", "Simple", 8, simple)
+    assert 1 * MiB < ll_to_ll128 < ll128_to_simple < 256 * MiB
+    sizes = np.array([0.8 * ll_to_ll128, 1.25 * ll_to_ll128, 0.8 * ll128_to_simple, 1.25 * ll128_to_simple])
+    assert nccl_algorithm("all_reduce", sizes, IN_NODE, H100) == ["ring/LL", "ring/LL128", "ring/LL128", "ring/Simple"]
+
+
+def test_small_messages_run_tree_or_ll_and_large_ones_ring_simple():
+    from costmodel.comm.collectives import nccl_algorithm
+
+    for placement in (IN_NODE, ACROSS, GroupPlacement.across_domains(8, 128)):
+        small, large = nccl_algorithm("all_reduce", np.array([4096.0, 16 * GiB]), placement, H100)
+        assert small.startswith("tree/") or small.endswith("/LL")
+        assert large == "ring/Simple" or placement.num_domains > 64  # 1024 ranks: the ring's 2046 steps lose
+    assert nccl_algorithm("all_reduce", 64e6, GroupPlacement.across_domains(8, 128), H100) == ["tree/Simple"]
+    assert nccl_algorithm("all_gather", 64e6, GroupPlacement.across_domains(8, 128), H100) == ["ring/Simple"]
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_tiny_in_node_all_reduce_costs_nccls_ll_latency(n):
+    # Ring/LL: baseLat 6.6 us + 2(n-1) hops of 0.6 us over NVLink (hwLatencies) [NCCL-TUNING]
+    seconds = collective_seconds("all_reduce", 64.0, GroupPlacement.single_domain(n), H100)
+    assert seconds * 1e6 == pytest.approx(min(6.6 + 2 * (n - 1) * 0.6, 6.8 + 2 * (n - 1) * 0.6), rel=0.05)
+
+
+def test_small_message_latency_grows_with_group_size():
+    sizes = [collective_seconds("all_reduce", 64.0, GroupPlacement.single_domain(n), H100) for n in (2, 4, 8)]
+    assert sizes[0] < sizes[1] < sizes[2]
+    # 4 more ranks add 8 ring steps of NCCL's NVLink LL hop, 0.6 us (not the 3.4 us Simple hop) [NCCL-TUNING]
+    assert (sizes[2] - sizes[1]) * 1e6 == pytest.approx(8 * 0.6, rel=0.1)
+    nodes = [collective_seconds("all_reduce", 4096.0, GroupPlacement.across_domains(8, k), H100) for k in (2, 4, 16, 64)]
+    assert nodes == sorted(nodes) and nodes[0] < nodes[-1]
+    # the tree wins for small messages: latency grows by 2 network hops per doubling of the node count
+    step = (nodes[3] - nodes[2]) / 2
+    assert step == pytest.approx(2 * H100.inter_node_latency_s, rel=0.05)
+
+
+def test_ll_bandwidth_is_capped_by_nccls_ll_max():
+    from costmodel.comm.formulas import candidate_seconds
+
+    links = link_figures(H100)
+    big = np.array([GiB, 2 * GiB])
+    t = candidate_seconds("all_reduce", big, 8, 1, links)["ring/LL"]
+    busbw = 2 * 7 / 8 * GiB / (t[1] - t[0])
+    # llMaxBws Hopper one node: 141 GB/s, below half of the 370 GB/s Simple ring [NCCL-TUNING]
+    assert busbw / 1e9 == pytest.approx(min(141.0, 0.5 * links.up_ring_bytes_per_s / 1e9), rel=0.01)
+
+
+def test_ll128_runs_at_120_of_128_bytes_of_the_simple_bandwidth():
+    from costmodel.comm.formulas import candidate_seconds
+
+    links = link_figures(H100)
+    big = np.array([GiB, 2 * GiB])
+    t = candidate_seconds("all_reduce", big, 8, 1, links)
+    slope = {name: t[name][1] - t[name][0] for name in ("ring/LL128", "ring/Simple")}
+    assert slope["ring/Simple"] / slope["ring/LL128"] == pytest.approx(0.92, rel=0.01)
+
+
+def test_tree_runs_at_nccls_factor_with_its_medium_size_correction():
+    from costmodel.comm.formulas import candidate_seconds
+
+    links = link_figures(A100)
+    tree = {s: candidate_seconds("all_reduce", np.array([s, 1.5 * s]), 8, 4, links)["tree/Simple"]
+            for s in (2.0**26, 2.0**32)}
+    slope = {s: (t[1] - t[0]) / (0.5 * s) for s, t in tree.items()}
+    # 64 MiB: log2(S / 64) = 20, Simple treeCorrectionFactor 0.8 (1.0 beyond 256 MB) [NCCL-TUNING]
+    assert slope[2.0**32] / slope[2.0**26] == pytest.approx(0.8, rel=0.01)
+    phases = max(2 * 7 / 8 / links.up_ring_bytes_per_s, 2 / 8 / links.out_ring_bytes_per_s)
+    assert slope[2.0**32] == pytest.approx(phases / 0.92, rel=0.01)
+
+
+def test_cross_node_ring_latency_carries_the_plateau_and_net_overhead():
+    from costmodel.comm.formulas import candidate_seconds
+
+    for gpu, overhead_us in ((H100, 3.0), (A100, 6.0)):  # 1 us (Intel host) / 2 us (DGX A100's AMD EPYC) x 3
+        links = link_figures(gpu)
+        t = candidate_seconds("all_gather", np.array([GiB, 2 * GiB]), 8, 2, links)["ring/Simple"]
+        intercept_us = (2 * t[0] - t[1]) * 1e6
+        hop_us = max(gpu.intra_node_latency_s * 1e6, overhead_us)
+        assert intercept_us == pytest.approx(1.4 * (8.4 + 14 * hop_us + 1 * gpu.inter_node_latency_s * 1e6), rel=0.01)
+
+
+def test_small_messages_run_on_fewer_channels():
+    # NCCL drops a channel while bytes < channels x 512 threads x 64 B (Simple) [NCCL-TUNING]: below
+    # 24 x 32 KiB the Simple ring's time stays flat (twice the bytes on twice the channels); above
+    # it, every doubling costs its bandwidth time
+    from costmodel.comm.formulas import candidate_seconds
+
+    links = link_figures(H100)
+    small = candidate_seconds("all_gather", np.array([64.0, 128.0, 256.0]) * 1024, 8, 1, links)["ring/Simple"]
+    assert small == pytest.approx(np.full(3, small[0]), rel=1e-9)
+    large = candidate_seconds("all_gather", np.array([64.0, 128.0]) * MiB, 8, 1, links)["ring/Simple"]
+    assert large[1] - large[0] == pytest.approx(7 / 8 * 64 * MiB / links.up_ring_bytes_per_s, rel=1e-6)
