@@ -93,10 +93,11 @@ def typical_launch_latency(graph: Graph) -> Graph:
                     and i not in nodes[n.launch].waits]
     by_rank: dict[int, list[float]] = {}
     for node in asynchronous:
-        by_rank.setdefault(node.rank, []).append(node.latency or 0.0)
+        if node.launch_bound:
+            by_rank.setdefault(node.rank, []).append(node.latency or 0.0)
     median = {rank: float(np.median(v)) for rank, v in by_rank.items()}
     for node in asynchronous:
-        node.latency = median[node.rank]
+        node.latency = median.get(node.rank, node.latency)
     return out
 
 

@@ -84,7 +84,8 @@ class Node:
     family: str = "runtime"
     gap: float = 0.0  # CPU: recorded time from the previous call's end on the thread to this start
     launch: int | None = None  # GPU: the runtime call that launched it
-    latency: float | None = None  # GPU: launch-to-start delay when launch-bound in the recording
+    latency: float | None = None  # GPU: launch-to-start delay (as recorded when launched onto an idle stream)
+    launch_bound: bool = False  # GPU: launched onto an idle stream in the recording
     waits: list[int] = field(default_factory=list)  # GPU: cross-stream; CPU: host-synchronised GPU ops
     tail: float = 0.0  # CPU sync: recorded time from the end of the waited work to the call's return
     collective: tuple[int, str, int] | None = None  # (group size, name, sequence) of an NCCL kernel
@@ -267,11 +268,18 @@ def _set_tail(graph: Graph, node: Node) -> None:
 
 
 def _set_gaps(graph: Graph) -> None:
-    """CPU gaps as recorded; each GPU operation's launch latency where its launch bound it."""
+    """CPU gaps as recorded; each GPU operation's launch latency and unexplained stall.
+
+    An operation launched onto an idle stream (its launch began after the stream's previous
+    operation and its waits ended) was started by its launch: its latency is as recorded. One
+    queued behind other work that still started more than 1 us after that work ended waited for
+    something the trace does not show (an event without ids, a peer): that stall is kept as its
+    ``gap`` after the work it queued behind, and its latency is the rank's typical one.
+    """
     nodes = graph.nodes
     latencies: dict[int, list[float]] = defaultdict(list)
-    unbound: list[int] = []
-    for lane, members in graph.lanes.items():
+    queued: list[int] = []
+    for members in graph.lanes.values():
         previous: Node | None = None
         for index in members:
             node = nodes[index]
@@ -280,15 +288,16 @@ def _set_gaps(graph: Graph) -> None:
             else:
                 ready = max([previous.start + previous.dur if previous else -np.inf]
                             + [nodes[w].start + nodes[w].dur for w in node.waits])
-                delay = node.start - nodes[node.launch].start  # type: ignore[index]
-                if node.start > ready + 1.0:
-                    node.latency = delay
-                    latencies[node.rank].append(delay)
+                launched = nodes[node.launch].start
+                if launched >= ready:
+                    node.latency, node.launch_bound = node.start - launched, True
+                    latencies[node.rank].append(node.latency)
                 else:
-                    unbound.append(index)
+                    node.gap = node.start - ready if node.start > ready + 1.0 else 0.0
+                    queued.append(index)
             previous = node
     typical = {rank: float(np.median(values)) for rank, values in latencies.items()}
-    for index in unbound:
+    for index in queued:
         node = nodes[index]
         node.latency = min(typical.get(node.rank, 0.0), node.start - nodes[node.launch].start)  # type: ignore[index]
 

@@ -164,12 +164,11 @@ def _start(nodes: list[Node], index: int, previous: int, start: np.ndarray, end:
         begin = end[previous] + node.gap if previous >= 0 else node.start
         start[index], bound_by[index], reason[index] = begin, previous, LANE if previous >= 0 else FIRST
         return
-    options = [(end[previous], previous, LANE)] if previous >= 0 else []
+    stall = max(node.gap, 0.0)  # an unexplained wait the recording showed after the work it queued behind
+    options = [(end[previous] + stall, previous, LANE)] if previous >= 0 else []
+    options += [(end[w] + stall, w, WAIT) for w in node.waits]
     if node.launch is not None:
         options.append((start[node.launch] + (node.latency or 0.0), node.launch, LAUNCH))
-    elif previous >= 0:
-        options[0] = (end[previous] + max(node.gap, 0.0), previous, LANE)
-    options += [(end[w], w, WAIT) for w in node.waits]
     if options:
         begin, bound_by[index], reason[index] = max(options, key=lambda o: o[0])
     else:
