@@ -30,6 +30,7 @@ import numpy as np
 import yaml
 
 from costmodel.comm import bus_bandwidth, collective_seconds, group_placement
+from costmodel.comm.collectives import nccl_algorithm
 from costmodel.specs import ClusterSpec, Strategy, get_gpu
 from costmodel.specs.gpu import override_gpu
 
@@ -97,11 +98,20 @@ def make_cluster(gpu_name: str, nodes: int, gpus_per_node: int, overrides: dict[
     return ClusterSpec(gpu=gpu, num_gpus=nodes * gpus_per_node, gpus_per_node=gpus_per_node)
 
 
-def model_times(op: str, sizes: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
-    """Model seconds of ``op`` over all GPUs of ``cluster`` (send_recv: first to last rank)."""
+def _placement(op: str, cluster: ClusterSpec):  # type: ignore[no-untyped-def]
     n = cluster.num_gpus
     kind, strategy = ("pp", Strategy(pp=n)) if op == "send_recv" else ("dp", Strategy(dp=n))
-    return np.asarray(collective_seconds(op, sizes, group_placement(kind, strategy, cluster), cluster.gpu))
+    return group_placement(kind, strategy, cluster)
+
+
+def model_times(op: str, sizes: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
+    """Model seconds of ``op`` over all GPUs of ``cluster`` (send_recv: first to last rank)."""
+    return np.asarray(collective_seconds(op, sizes, _placement(op, cluster), cluster.gpu))
+
+
+def model_algorithms(op: str, sizes: np.ndarray, cluster: ClusterSpec) -> list[str]:
+    """The algorithm/protocol the model's NCCL tuner picks for each size."""
+    return nccl_algorithm(op, sizes, _placement(op, cluster), cluster.gpu)
 
 
 def list_unpack_seconds(gathered_bytes: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
@@ -119,6 +129,7 @@ class PublishedRow:
     name: str
     op: str
     gpus: int
+    nodes: int
     size_bytes: float
     published_GBps: float
     published_range: tuple[float, float] | None
@@ -128,6 +139,7 @@ class PublishedRow:
     counted: bool
     status: str
     source: str
+    algorithm: str
 
 
 def published_rows(path: Path = PUBLISHED) -> list[PublishedRow]:
@@ -138,16 +150,18 @@ def published_rows(path: Path = PUBLISHED) -> list[PublishedRow]:
         n, op = cluster.num_gpus, entry["op"]
         sizes = np.array([parse_size(p[0]) for p in entry["points"]])
         model = bus_bandwidth(op, sizes, model_times(op, sizes, cluster), n) / 1e9
+        algorithms = model_algorithms(op, sizes, cluster)
         status = ("excluded: " + entry["excluded"] if "excluded" in entry
                   else "in-sample: " + entry["calibrates"] if "calibrates" in entry else "ok")
-        for (_, figure), size, got in zip(entry["points"], sizes, model, strict=True):
+        for (_, figure), size, got, algorithm in zip(entry["points"], sizes, model, algorithms, strict=True):
             span = tuple(figure) if isinstance(figure, list) else None
             ref = float(np.mean(span)) if span else float(figure)
             rows.append(PublishedRow(
-                name=entry["name"], op=op, gpus=n, size_bytes=float(size), published_GBps=ref,
+                name=entry["name"], op=op, gpus=n, nodes=int(entry["nodes"]), size_bytes=float(size), published_GBps=ref,
                 published_range=span, model_GBps=float(got), error=float(got / ref - 1),
                 in_range=bool(span[0] <= got <= span[1]) if span else None,
-                counted=bool(status == "ok" and size >= MIN_BYTES), status=status, source=entry["source"]))
+                counted=bool(status == "ok" and size >= MIN_BYTES), status=status, source=entry["source"],
+                algorithm=algorithm))
     return rows
 
 
@@ -255,18 +269,39 @@ def print_published(rows: list[PublishedRow]) -> None:
     notes = Footnotes()
     print("A. Bus bandwidth vs published nccl-tests figures (GB/s; error = model / published - 1)")
     print(f"{'comparison':<60} {'op':<14} {'GPUs':>5} {'size':>9} {'published':>11} {'model':>7} "
-          f"{'error':>7}  status")
+          f"{'error':>7} {'NCCL choice':<12} status")
     for r in rows:
         pub = f"{r.published_range[0]:g}-{r.published_range[1]:g}" if r.published_range else f"{r.published_GBps:g}"
         mark = "" if r.in_range is None else (" in range" if r.in_range else " outside")
         status = r.status if r.size_bytes >= MIN_BYTES or r.status != "ok" else "ok (< 1 MiB, not counted)"
         print(f"{r.name[:60]:<60} {r.op:<14} {r.gpus:>5} {_size_label(r.size_bytes):>9} {pub:>11} "
-              f"{r.model_GBps:>7.1f} {r.error:>+7.1%}  {notes.mark(status)}{mark}")
+              f"{r.model_GBps:>7.1f} {r.error:>+7.1%} {r.algorithm:<12} {notes.mark(status)}{mark}")
     notes.print()
     counted = [abs(r.error) for r in rows if r.counted]
     if counted:
         print(f"counted rows (ok, >= 1 MiB): {len(counted)}, MAPE {np.mean(counted):.1%}, "
               f"within 15%: {sum(e <= TARGET for e in counted)}/{len(counted)}")
+    print_summary(published_summary(rows))
+
+
+def published_summary(rows: list[PublishedRow]) -> list[dict[str, Any]]:
+    """MAPE of the rows counted as ok: every size, >= 1 MiB, and >= 1 MiB by tier and by op."""
+    ok = [r for r in rows if r.status == "ok"]
+    big = [r for r in ok if r.size_bytes >= MIN_BYTES]
+    groups: list[tuple[str, list[PublishedRow]]] = [("all sizes", ok), (">= 1 MiB", big)]
+    groups += [(f">= 1 MiB, {tier}", [r for r in big if (r.nodes > 1) == across])
+               for tier, across in (("intra-node", False), ("cross-node", True))]
+    groups += [(f">= 1 MiB, {op}", [r for r in big if r.op == op]) for op in sorted({r.op for r in big})]
+    return [{"group": name, "rows": len(members),
+             "mape": float(np.mean([abs(r.error) for r in members])) if members else None}
+            for name, members in groups]
+
+
+def print_summary(summary: list[dict[str, Any]]) -> None:
+    print("MAPE of the ok rows:")
+    for entry in summary:
+        mape = "-" if entry["mape"] is None else f"{entry['mape']:.1%}"
+        print(f"  {entry['group']:<28} {entry['rows']:>3} rows  {mape:>7}")
 
 
 def print_measured(configs: list[MeasuredConfig] | None, reason: str) -> None:
@@ -308,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         payload = {"target_abs_error": TARGET, "min_message_bytes": MIN_BYTES,
                    "published": [asdict(r) for r in published],
+                   "published_summary": published_summary(published),
                    "measured": None if configs is None else
                    [{k: v for k, v in asdict(c).items() if k != "errors"} for c in configs],
                    "measured_skipped": reason or None}
