@@ -188,7 +188,7 @@ def protocol_bus_bandwidth(algo: str, proto: str, simple_bus_bytes_per_s: float,
             return np.minimum(ll_max, bw * RING_LL_FACTOR)
         if proto == "LL128":
             return np.minimum(bw * RING_LL128_FACTOR, channels * PER_CHANNEL_RING_LL128_GBPS[platform.arch][node] * 1e9)
-        return bw * np.ones_like(channels)
+        return bw + 0.0 * channels
     if algo == "tree":
         bw = np.minimum(bw * TREE_ALL_REDUCE_FACTOR, channels * PER_CHANNEL_TREE_GBPS[platform.arch][node] * 1e9)
         if proto == "LL":
@@ -200,12 +200,14 @@ def protocol_bus_bandwidth(algo: str, proto: str, simple_bus_bytes_per_s: float,
     raise ValueError(f"The 'algo' parameter must be 'ring' or 'tree'. Got {algo!r} instead.")
 
 
+_TREE_CORRECTION_TABLES: Final = {proto: np.asarray(table + (1.0,)) for proto, table in TREE_CORRECTION.items()}
+
+
 def tree_correction(proto: str, message_bytes: Bytes) -> Bytes:
     """NCCL's static bandwidth correction of a tree all_reduce (1 outside its 64 B .. 256 MB table)."""
-    table = np.asarray(TREE_CORRECTION[proto] + (1.0,))
-    log_size = np.floor(np.log2(np.maximum(message_bytes, 1.0) / 64.0))
-    index = np.where((log_size >= 0) & (log_size < len(table) - 1), log_size, len(table) - 1)
-    return table[index.astype(np.int64)]
+    table = _TREE_CORRECTION_TABLES[proto]
+    log_size = np.floor(np.log2(np.maximum(message_bytes, 64.0) / 64.0))
+    return table[np.minimum(log_size, len(table) - 1).astype(np.int64)]
 
 
 def ring_plateau_factor(platform: NcclPlatform, message_bytes: Bytes, n: Bytes | int, num_domains: int) -> Bytes:
@@ -224,4 +226,4 @@ def channel_fraction(proto: str, algo: str, message_bytes: Bytes, n: Bytes | int
     """
     full = platform.channels_one_node if num_domains <= 1 else platform.channels_nodes
     per_channel = THREADS_PER_CHANNEL[proto] * BYTES_PER_THREAD[proto] * (n if (algo, proto) == ("ring", "LL") else 1)
-    return np.clip(np.floor(message_bytes / per_channel), 1, full) / full
+    return np.minimum(np.maximum(np.floor(message_bytes / per_channel), 1.0), full) / full
