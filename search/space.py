@@ -7,11 +7,14 @@ filtering them afterwards, so that no trial is spent on an impossible degree.
 
 Knobs come in two kinds. *Layout* knobs depend on one another through
 divisibility (``tp``, ``cp``, ``pp``, the derived ``dp``, ``micro_batch_size``,
-``vpp``, ``ep``, ``sequence_parallel``); the space enumerates their legal
+``vpp``, ``ep``, ``sequence_parallel``, the expert-TP ``etp``); the space enumerates their legal
 combinations once (a few hundred to a few thousand tuples). *Setting* knobs are
-independent of the layout (``recompute``, ``zero_stage``, ``precision`` and the
-launch switches of ``Strategy`` when the user allows more than one value); the
-space is the product of the layouts and the settings.
+independent of the layout (``recompute``, ``zero_stage``, ``precision``, for MoE models on a
+Megatron-Core framework the token dispatcher and the MoE overlap switches, and the launch
+switches of ``Strategy`` when the user allows more than one value); the space is the product of
+the layouts and the settings. Pairs the rules forbid (an overlap under the allgather dispatcher,
+1F1B all-to-all overlap under full recompute or without interleaving) stay in the product and are
+refused by ``constraints.rules`` before any time is predicted.
 """
 
 from __future__ import annotations
@@ -27,25 +30,42 @@ from costmodel.specs.errors import SpecError, require_int, require_number
 from costmodel.specs.framework import DEFAULT_FRAMEWORK, Framework, get_framework
 from costmodel.specs.gpu import ClusterSpec, GPUSpec
 from costmodel.specs.model import ModelSpec
+from costmodel.comm.placement import scale_up_domain_size
 from costmodel.specs.runspec import RunSpec
-from costmodel.specs.strategy import PRECISIONS, RECOMPUTE, ZERO_STAGES, Strategy, pipeline_layers
+from costmodel.specs.strategy import MOE_DISPATCHERS, PRECISIONS, RECOMPUTE, ZERO_STAGES, Strategy, pipeline_layers
 
-LAYOUT_KNOBS: tuple[str, ...] = ("tp", "pp", "cp", "dp", "micro_batch_size", "vpp", "ep", "sequence_parallel")
-"""Layout knobs in the order a sampler picks them (``dp`` is derived, never sampled)."""
+MOE_KNOBS: tuple[str, ...] = ("moe_token_dispatcher", "moe_shared_expert_overlap", "moe_a2a_overlap")
+"""MoE knobs searched for MoE models on a Megatron-Core framework (else the framework's default);
+layout knobs, since which are legal depends on ep, pp and vpp (``constraints.rules``)."""
+EXCHANGE_KNOBS: tuple[str, ...] = ("cp_comm_type", "hsdp_shard_size")
+"""How CP exchanges K/V and how many data-parallel ranks one ZeRO shard spans (HSDP): layout knobs,
+since which are legal depends on tp, cp, dp and the framework."""
+LAYOUT_KNOBS: tuple[str, ...] = ("tp", "pp", "cp", "dp", "micro_batch_size", "vpp", "ep", "sequence_parallel",
+                                 "etp") + MOE_KNOBS + EXCHANGE_KNOBS
+"""Layout knobs in the order a sampler picks them (``dp`` is derived, never sampled; ``etp`` is the
+expert-TP size, ``tp`` where the strategy leaves it unset; an unset MoE knob is the framework's default)."""
 SEARCHED_SETTINGS: tuple[str, ...] = ("recompute", "zero_stage", "precision")
 SWITCHES: tuple[str, ...] = ("flash_attention", "allow_tp_across_nodes", "tp_comm_overlap",
                              "overlap_grad_reduce", "overlap_param_gather")
 """Launch switches: fixed at the ``Strategy`` defaults unless the user fixes or allows them."""
 KNOBS: tuple[str, ...] = LAYOUT_KNOBS + SEARCHED_SETTINGS + SWITCHES
-_INT_KNOBS = frozenset({"tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch_size", "zero_stage"})
-_BOOL_KNOBS = frozenset({"sequence_parallel", *SWITCHES})
+_INT_KNOBS = frozenset({"tp", "pp", "cp", "dp", "ep", "etp", "vpp", "micro_batch_size", "zero_stage",
+                        "hsdp_shard_size"})
+_BOOL_KNOBS = frozenset({"sequence_parallel", "moe_shared_expert_overlap", "moe_a2a_overlap", *SWITCHES})
+# Exporters of frameworks built on Megatron-Core, which runs every dispatcher and parallel folding:
+# TransformerConfig moe_token_dispatcher_type in allgather/alltoall/flex and moe_flex_dispatcher_backend
+# deepep/hybridep, expert_tensor_parallel_size (github.com/NVIDIA/Megatron-LM @d98e8a64
+# megatron/core/transformer/transformer_config.py, model_parallel_config.py). Other frameworks run one
+# dispatcher (their file's default) and expert TP = TP.
+_MEGATRON_CORE_EXPORTERS = frozenset({"megatron", "nemo"})
 _DEFAULTS = {f.name: f.default for f in fields(Strategy)}
 
 MAX_MEMORY_MARGIN = 0.9
 """Largest ``memory_margin`` (a fraction; 1 would leave no budget at all)."""
 
-Layout = tuple[int, int, int, int, int, int, int, bool]
-"""(tp, pp, cp, dp, micro_batch_size, vpp, ep, sequence_parallel), in ``LAYOUT_KNOBS`` order."""
+Layout = tuple[int, int, int, int, int, int, int, bool, int, str, bool, bool, str, int]
+"""(tp, pp, cp, dp, micro_batch_size, vpp, ep, sequence_parallel, etp, moe_token_dispatcher,
+moe_shared_expert_overlap, moe_a2a_overlap, cp_comm_type, hsdp_shard_size), in ``LAYOUT_KNOBS`` order."""
 
 
 def divisors(n: int) -> list[int]:
@@ -262,12 +282,38 @@ def legal_vpp(problem: SearchProblem, pp: int, num_microbatches: int) -> list[in
     return _bounded(divisors(problem.model.num_layers // pp), problem.max_vpp)
 
 
-def legal_ep(problem: SearchProblem, dp: int, cp: int) -> list[int]:
-    """EP degrees: divide the experts and the dp*cp ranks they are carved from (1 for dense models)."""
+def _folds(problem: SearchProblem) -> bool:
+    """Whether the framework folds expert groups over tp*cp*dp (``etp`` other than ``tp``)."""
+    return problem.model.is_moe and problem.framework.exporter in _MEGATRON_CORE_EXPORTERS
+
+
+def legal_ep(problem: SearchProblem, dp: int, cp: int, tp: int = 1) -> list[int]:
+    """EP degrees: divide the experts and the ranks they are carved from (1 for dense models).
+
+    Those ranks are dp*cp with expert TP = TP; with parallel folding, tp*cp*dp (etp = 1 then).
+    """
     m = problem.model
     if not m.is_moe:
         return [1]
-    return _bounded([e for e in divisors(m.num_experts) if (dp * cp) % e == 0], problem.max_ep)
+    ranks = tp * dp * cp if _folds(problem) else dp * cp
+    return _bounded([e for e in divisors(m.num_experts) if ranks % e == 0], problem.max_ep)
+
+
+def legal_etp(problem: SearchProblem, tp: int, cp: int, dp: int, ep: int) -> list[int]:
+    """Expert-TP sizes: ``tp`` (Megatron's default) where ep divides dp*cp; with folding also ``1``
+    (every expert whole, the ranks TP frees spent on EP) where etp*ep divides tp*cp*dp.
+
+    The sizes between (divisors of ``tp``) are offered when the user allows etp values
+    (``--allow etp=1,2``): each multiplies the MoE space, which already carries the dispatcher
+    and overlap knobs.
+    """
+    ranks = tp * cp * dp
+    out = [tp] if (dp * cp) % ep == 0 else []
+    if _folds(problem):
+        ffn = problem.model.moe_ffn_hidden_size
+        smaller = divisors(tp)[:-1] if problem.restriction("etp") is not None else [1][:tp > 1]
+        out += [e for e in smaller if ffn % e == 0 and ranks % (e * ep) == 0]  # type: ignore[operator]
+    return sorted(out)
 
 
 def legal_sequence_parallel(problem: SearchProblem, tp: int, cp: int) -> list[bool]:
@@ -287,6 +333,79 @@ def _switch_values(problem: SearchProblem, knob: str) -> list[Any]:
     return [_DEFAULTS[knob]] if allowed is None else sorted(allowed, key=repr)
 
 
+def legal_moe_knobs(problem: SearchProblem, pp: int, vpp: int, ep: int, etp: int,
+                    stage_ranks: int) -> list[tuple[str, bool, bool]]:
+    """(dispatcher, shared-expert overlap, 1F1B all-to-all overlap) triples the rules allow.
+
+    Megatron-Core frameworks offer every dispatcher (the framework's default first) and both
+    overlaps where ``constraints.rules.moe_overlap_supported`` allows them: not under allgather,
+    never both, all-to-all overlap with ep > 1 and interleaving when pp > 1 (its refusal under
+    full recompute is a setting conflict, :func:`setting_conflicts`). Elsewhere the defaults only.
+    Choices that time alike are offered once: with ep = etp = 1 nothing is dispatched (the default
+    only), and HybridEP is DeepEP while a stage's ranks fit one scale-up domain (``costmodel.moe``).
+    """
+    fw = problem.framework
+    default = (fw.moe_token_dispatcher, fw.moe_shared_expert_overlap, fw.moe_a2a_overlap)
+    if not _folds(problem) or ep * etp == 1:
+        names = _keep(problem, "moe_token_dispatcher", [default[0]])
+        return [(d, default[1], default[2]) for d in names]
+    names = [default[0]] + [d for d in MOE_DISPATCHERS if d != default[0]]
+    if stage_ranks <= scale_up_domain_size(problem.cluster):
+        names = [d for d in names if d != "hybridep" or d == default[0]]
+    out = []
+    for name in _keep(problem, "moe_token_dispatcher", names):
+        for shared in _keep(problem, "moe_shared_expert_overlap", [False, True]):
+            for a2a in _keep(problem, "moe_a2a_overlap", [False, True]):
+                overlap = shared or a2a
+                if overlap and (name == "allgather" or (shared and a2a)):
+                    continue
+                if shared and not problem.model.num_shared_experts:
+                    continue  # nothing to overlap
+                if a2a and (ep == 1 or (pp > 1 and vpp == 1)):
+                    continue
+                out.append((name, shared, a2a))
+    return out
+
+
+def setting_conflicts(layout: Mapping[str, Any], knob: str, value: Any, framework: Framework | None = None) -> bool:
+    """Whether setting ``knob=value`` is refused with ``layout`` (all-to-all overlap under full recompute;
+    an HSDP shard group without ZeRO sharding; with ``framework``, a ZeRO stage it does not run with
+    pipeline parallelism or does not shard hybrid, ``constraints.rules.framework_runs_*``)."""
+    if knob == "zero_stage":
+        hsdp = bool(layout.get("hsdp_shard_size"))
+        if hsdp and (value == 0 or (framework is not None and value not in framework.hsdp_zero_stages)):
+            return True
+        if framework is not None and layout.get("pp", 1) > 1 and value not in framework.zero_stages_with_pp:
+            return True
+    return knob == "recompute" and value == "full" and bool(layout.get("moe_a2a_overlap"))
+
+
+def legal_cp_comm_types(problem: SearchProblem, tp: int, cp: int) -> list[str]:
+    """CP exchanges the framework runs (``Framework.cp_comm_types``), the Ulysses ``a2a`` only where
+    ``constraints.rules.ulysses_divides_heads`` allows it; ``p2p`` (unused) when cp = 1."""
+    if cp == 1:
+        return ["p2p"]
+    m = problem.model
+    heads = (m.num_attention_heads, m.num_query_groups)
+    heads_split = all(h % (tp * cp) == 0 for h in heads)  # type: ignore[operator]
+    return _keep(problem, "cp_comm_type", [t for t in problem.framework.cp_comm_types if t != "a2a" or heads_split])
+
+
+def legal_hsdp_shard_sizes(problem: SearchProblem, tp: int, cp: int, dp: int) -> list[int]:
+    """HSDP shard groups: 0 (shard over all dp*cp ranks) and, where the framework shards hybrid, shard
+    groups of cp times a divisor of dp (``constraints.rules.hsdp_shard_fits``) that cover whole scale-up
+    domains, so the gathers stay on NVLink while the replicas span the network (torchtitan's and
+    Megatron-FSDP's use). Any legal size when the user restricts the knob."""
+    fw = problem.framework
+    if not set(fw.hsdp_zero_stages) & set(_keep(problem, "zero_stage", list(fw.zero_stages))):
+        return _keep(problem, "hsdp_shard_size", [0])
+    domain = scale_up_domain_size(problem.cluster)
+    restricted = problem.restriction("hsdp_shard_size") is not None
+    sizes = [cp * d for d in divisors(dp) if d < dp and cp * d >= 2
+             and (restricted or (cp * d * tp) % domain == 0)]
+    return _keep(problem, "hsdp_shard_size", [0, *sizes])
+
+
 def _setting_values(problem: SearchProblem) -> dict[str, list[Any]]:
     precisions = ["bf16"] + (["fp8"] if problem.gpu.supports("fp8") else [])
     allowed_precision = problem.restriction("precision")
@@ -303,6 +422,15 @@ def _setting_values(problem: SearchProblem) -> dict[str, list[Any]]:
 
 
 def _iter_layouts(problem: SearchProblem, allow_across_nodes: bool) -> Iterator[Layout]:
+    """Every legal layout: the degree and MoE knobs, then the CP exchange and the HSDP shard group."""
+    for lay in _degree_layouts(problem, allow_across_nodes):
+        tp, cp, dp = lay[0], lay[2], lay[3]
+        for exchange in legal_cp_comm_types(problem, tp, cp):
+            for shard in legal_hsdp_shard_sizes(problem, tp, cp, dp):
+                yield (*lay, exchange, shard)
+
+
+def _degree_layouts(problem: SearchProblem, allow_across_nodes: bool) -> Iterator[tuple[Any, ...]]:
     n = problem.num_gpus
     for tp in _keep(problem, "tp", legal_tp(problem, allow_across_nodes)):
         for cp in _keep(problem, "cp", legal_cp(problem, tp)):
@@ -313,9 +441,11 @@ def _iter_layouts(problem: SearchProblem, allow_across_nodes: bool) -> Iterator[
                 for mbs in _keep(problem, "micro_batch_size", legal_micro_batch(problem, dp)):
                     m = problem.global_batch_size // (mbs * dp)
                     for vpp in _keep(problem, "vpp", legal_vpp(problem, pp, m)):
-                        for ep in _keep(problem, "ep", legal_ep(problem, dp, cp)):
+                        for ep in _keep(problem, "ep", legal_ep(problem, dp, cp, tp)):
                             for sp in _keep(problem, "sequence_parallel", legal_sequence_parallel(problem, tp, cp)):
-                                yield (tp, pp, cp, dp, mbs, vpp, ep, sp)
+                                for etp in _keep(problem, "etp", legal_etp(problem, tp, cp, dp, ep)):
+                                    for moe in legal_moe_knobs(problem, pp, vpp, ep, etp, tp * cp * dp):
+                                        yield (tp, pp, cp, dp, mbs, vpp, ep, sp, etp, *moe)
 
 
 @dataclass(frozen=True)
@@ -334,10 +464,21 @@ class StrategySpace:
     @property
     def size(self) -> int:
         """Number of legal strategies."""
-        return len(self.layouts) * math.prod(len(v) for _, v in self.settings)
+        total, fw = 0, self.problem.framework
+        for layout in self.layouts:
+            picked = dict(zip(LAYOUT_KNOBS, layout))
+            total += math.prod(sum(not setting_conflicts(picked, k, v, fw) for v in values)
+                               for k, values in self.settings)
+        return total
 
     def strategy(self, values: Mapping[str, Any]) -> Strategy:
-        """The strategy with knob ``values`` (the problem's global batch added)."""
+        """The strategy with knob ``values`` (the problem's global batch added; ``etp == tp`` left unset)."""
+        values = dict(values)
+        if "etp" in values and values["etp"] == values.get("tp", 1):
+            values["etp"] = None
+        for knob in MOE_KNOBS:  # the framework's default stays unset, as a user writes it
+            if knob in values and values[knob] == getattr(self.problem.framework, knob):
+                values[knob] = None
         return Strategy(global_batch_size=self.problem.global_batch_size, **values)
 
     def strategy_of(self, layout: Layout, setting: Sequence[Any]) -> Strategy:
@@ -348,9 +489,12 @@ class StrategySpace:
     def __iter__(self) -> Iterator[Strategy]:
         """Every legal strategy, layouts outermost (so that consecutive ones share operator shapes)."""
         products = list(itertools.product(*(v for _, v in self.settings)))
+        names, fw = [k for k, _ in self.settings], self.problem.framework
         for layout in self.layouts:
+            picked = dict(zip(LAYOUT_KNOBS, layout))
             for setting in products:
-                yield self.strategy_of(layout, setting)
+                if not any(setting_conflicts(picked, k, v, fw) for k, v in zip(names, setting)):
+                    yield self.strategy_of(layout, setting)
 
     @cached_property
     def _layout_set(self) -> frozenset[Layout]:
@@ -358,10 +502,13 @@ class StrategySpace:
 
     def contains(self, strategy: Strategy) -> bool:
         """Whether ``strategy`` is one of the space's legal strategies."""
-        layout = tuple(getattr(strategy, k) for k in LAYOUT_KNOBS)
+        fw = self.problem.framework
+        layout = tuple(knob_value(strategy, k, fw) for k in LAYOUT_KNOBS)
         if layout not in self._layout_set or strategy.global_batch_size != self.problem.global_batch_size:
             return False
-        return all(getattr(strategy, k) in values for k, values in self.settings)
+        picked = dict(zip(LAYOUT_KNOBS, layout))
+        return all(getattr(strategy, k) in values and not setting_conflicts(picked, k, getattr(strategy, k), fw)
+                   for k, values in self.settings)
 
     def neighbours(self, strategy: Strategy) -> list[Strategy]:
         """Legal strategies one move from ``strategy``: one knob changed (dp re-derived), or two
@@ -380,9 +527,18 @@ class StrategySpace:
 
     def knobs_of(self, strategy: Strategy) -> dict[str, Any]:
         """The searched knobs of ``strategy`` (layout and settings; switches only when they vary)."""
-        out = {k: getattr(strategy, k) for k in LAYOUT_KNOBS}
+        out = {k: knob_value(strategy, k, self.problem.framework) for k in LAYOUT_KNOBS}
         out.update({k: getattr(strategy, k) for k, _ in self.settings})
         return out
+
+
+def knob_value(strategy: Strategy, knob: str, framework: Framework) -> Any:
+    """``strategy``'s value of ``knob`` as the space lists it: unset ``etp`` is ``tp``, an unset MoE
+    knob is the framework's default."""
+    if knob == "etp":
+        return strategy.expert_tensor_parallel_size
+    value = getattr(strategy, knob)
+    return getattr(framework, knob) if knob in MOE_KNOBS and value is None else value
 
 
 def build_space(problem: SearchProblem) -> StrategySpace:

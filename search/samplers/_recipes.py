@@ -47,7 +47,7 @@ def _snap(space: StrategySpace, recipe: dict[str, Any]) -> Strategy:
     def distance(layout: tuple[Any, ...]) -> float:
         total = 0.0
         for knob, value in zip(LAYOUT_KNOBS, layout, strict=True):
-            if knob == "dp":
+            if knob == "dp" or knob not in recipe:  # a knob the recipe leaves to the space (etp)
                 continue
             if isinstance(value, bool):
                 total += float(value != recipe[knob])
