@@ -118,8 +118,9 @@ class NcclPlatform:
 
 # Channel counts: "24 coll channels, 16 nvls channels" on one p5.48xlarge (8x H100) and
 # "16 coll channels" on two (NCCL INFO logs in github.com/aws-samples/aws-do-eks, NCCL tests on EKS
-# README). UNVERIFIED for other GPUs: the same counts are assumed for NVSwitch nodes; 8-NVLink H800
-# nodes show "16 coll channels" (github.com/NVIDIA/nccl/issues/892).
+# README). UNVERIFIED for every other GPU, which gets the same counts (8-NVLink H800 nodes show
+# "16 coll channels", github.com/NVIDIA/nccl/issues/892; PCIe nodes likely run fewer). The count only
+# matters below ~1 MiB (fewer channels launched) and for the LL128 / Tree per-channel caps.
 _NVSWITCH_CHANNELS: Final = {"channels_one_node": 24, "channels_nodes": 16}
 # Host CPUs: DGX A100 2x AMD EPYC 7742; DGX H100/H200/B200 2x Intel Xeon Platinum 8480C / 8570
 # (NVIDIA DGX user guides); GH200 / GB200 / GB300 Grace (Arm). Compute capabilities: A100 8.0,
