@@ -197,7 +197,9 @@ CASES: list[Case] = [
           "config.json": json.dumps({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": -32,
                                      "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000})}),
     Case("hf-extra-key", ("predict", "{d}/run.yaml"), "colour",
-         {"run.yaml": _run_with(model="model: {hf_config: config.json, colour: blue}")}),
+         {"run.yaml": _run_with(model="model: {hf_config: config.json, colour: blue}"),
+          "config.json": json.dumps({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+                                     "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000})}),
     # --- predict / validate flags -----------------------------------------------------------------
     Case("predict-profile-missing", ("predict", "{d}/run.yaml", "--profile", "{d}/noprofile"), "profile",
          {"run.yaml": GOOD_RUN}),

@@ -296,6 +296,17 @@ def _spec_fields(config: Mapping[str, Any], model_type: str) -> dict[str, Any]:
     return out
 
 
+def _as_config_error(exc: SpecError, config: Mapping[str, Any], layout: Any,
+                     overrides: Mapping[str, Any]) -> SpecError:
+    """``exc`` about a ``model.<field>`` re-aimed at the config.json key that field was read from."""
+    field = exc.field.removeprefix("model.")
+    if field in overrides:
+        return exc
+    keys = layout.required.get(field) or ((layout.optional[field][0],) if field in layout.optional else ())
+    key = next((k for k in keys if config.get(k) is not None), None)
+    return exc if key is None else SpecError(f"{SECTION}.{key}", exc.value, exc.allowed)
+
+
 def _opt_checks(config: Mapping[str, Any], out: dict[str, Any]) -> None:
     """OPT's position-table offset and the variants ``ModelSpec`` cannot express."""
     if type(out["max_position_embeddings"]) is int:  # not bool
@@ -387,7 +398,10 @@ def read_hf_model(path: str | Path, seq_length: int | None = None,
     name = fields.pop("name", None) or outer.get("_name_or_path")
     if not isinstance(name, str) or not name:
         name = file.resolve().parent.name
-    model = ModelSpec(name=name, seq_length=seq_length, **fields)
+    try:
+        model = ModelSpec(name=name, seq_length=seq_length, **fields)
+    except SpecError as exc:  # name the config.json key the user wrote, not parplan's field
+        raise _as_config_error(exc, config, layout, overrides or {}) from None
     notes += tuple(n for n in unmodelled_keys(config, model_type)
                    if not (n.startswith(f"{SECTION}.num_nextn_predict_layers") and model.mtp_num_layers))
     for note in notes:

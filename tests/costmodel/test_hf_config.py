@@ -296,9 +296,10 @@ def test_missing_key_with_alternative(tmp_path: Path) -> None:
 
 
 def test_invalid_value_is_spec_error(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="model.num_layers"):
+    # the error names the config.json key the user wrote, not parplan's field
+    with pytest.raises(SpecError, match=r"model\.hf_config\.num_hidden_layers"):
         model_from_hf_config(write_config(tmp_path, {**LLAMA31_8B, "num_hidden_layers": "32"}))
-    with pytest.raises(SpecError, match="model.max_position_embeddings"):
+    with pytest.raises(SpecError, match=r"model\.hf_config\.max_position_embeddings"):
         model_from_hf_config(write_config(tmp_path, {**OPT_1_3B, "max_position_embeddings": "x"}),
                              seq_length=2048)
 
