@@ -33,13 +33,13 @@ def step_time_interval(step_time_s: float) -> list[float] | None:
     return [step_time_s * math.exp(q["log_ratio_q10"]), step_time_s * math.exp(q["log_ratio_q90"])]
 
 
-def framework_overhead() -> tuple[float, float]:
-    """(compute_scale, layer_overhead_s) fitted on the public runs; (1, 0) when not calibrated.
+def compute_scale() -> float:
+    """The one global factor on the timed forward and backward operators; 1 when not calibrated.
 
-    ``compute_scale`` stretches the timed operators (sustained clocks and kernel
-    gaps of a real training loop against isolated-kernel tables);
-    ``layer_overhead_s`` is a fixed cost per layer and micro-batch (launch and
-    framework work that small kernels cannot hide).
+    What the named mechanisms (``costmodel.overheads``: kernel launch, data-parallel
+    stragglers) and the timed optimizer step leave between isolated-kernel tables and a
+    real training loop: sustained clocks under power limits and the gaps between kernels.
+    Fitted once on all public runs by ``benchmarks/calibrate.py`` (never per family).
     """
     f = calibration().get("framework") or {}
-    return float(f.get("compute_scale", 1.0)), float(f.get("layer_overhead_s", 0.0))
+    return float(f.get("compute_scale", 1.0))
