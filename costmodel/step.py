@@ -30,7 +30,6 @@ from costmodel.decompose import layer_shape, shared_expert_ops
 from costmodel.cp_comm import cp_layer_exposed_s
 from costmodel.flops import model_flops_per_step
 from costmodel.overheads import layer_launch_exposed_s, straggler_fraction
-from costmodel.overheads import layer_launch_exposed_s, straggler_fraction
 from costmodel.schedule import SCHEDULES, PipelineTime, schedule_name
 from costmodel.sharding import (
     backward_gathers,
@@ -268,7 +267,7 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
             dense_layers, moe_layers = stage_layer_counts(run.model, s, st)
             layers = dense_layers + moe_layers
             overhead = (scale - 1.0) * (c.forward_s + c.backward_s) \
-                + layer_launch_exposed_s(run, dense_layers, moe_layers, c.forward_s, c.backward_s)
+                + layer_launch_exposed_s(run, timer, dense_layers, moe_layers)
             cache[key] = StageTimes(c, *_layer_comm(run, timer, c, layers, moe_layers, st), overhead_s=overhead)
         stages.append(cache[key])
     name = schedule_name(s.pp, s.vpp)
@@ -297,8 +296,6 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
         "optimizer_s": optimizer,
         "other_s": m * k.overhead_s,
     }
-    # every replica waits at the gradient sync for the slowest one (costmodel.overheads)
-    breakdown["other_s"] += straggler_fraction(s.dp * s.cp) * sum(breakdown.values())
     # every replica waits at the gradient sync for the slowest one (costmodel.overheads)
     breakdown["other_s"] += straggler_fraction(s.dp * s.cp) * sum(breakdown.values())
     notes = tuple(sorted({n for t in stages for n in t.compute.notes} | set(moe.moe_notes(run))))
