@@ -397,10 +397,13 @@ def legal_hsdp_shard_sizes(problem: SearchProblem, tp: int, cp: int, dp: int) ->
     domains, so the gathers stay on NVLink while the replicas span the network (torchtitan's and
     Megatron-FSDP's use). Any legal size when the user restricts the knob."""
     fw = problem.framework
-    if not set(fw.hsdp_zero_stages) & set(_keep(problem, "zero_stage", list(fw.zero_stages))):
+    restricted = problem.restriction("hsdp_shard_size") is not None
+    # unasked, only FSDP's hybrid form (ZeRO-3, the common practice) is offered, to keep the default space
+    # small; partial ZeRO-1 instances (Megatron) on request (--allow hsdp_shard_size=...)
+    stages = set(fw.hsdp_zero_stages) if restricted else set(fw.hsdp_zero_stages) & {3}
+    if not stages & set(_keep(problem, "zero_stage", list(fw.zero_stages))):
         return _keep(problem, "hsdp_shard_size", [0])
     domain = scale_up_domain_size(problem.cluster)
-    restricted = problem.restriction("hsdp_shard_size") is not None
     sizes = [cp * d for d in divisors(dp) if d < dp and cp * d >= 2
              and (restricted or (cp * d * tp) % domain == 0)]
     return _keep(problem, "hsdp_shard_size", [0, *sizes])

@@ -16,7 +16,8 @@ SEARCHERS = {
     "nsga2": lambda: NSGAIISearcher(seed=3, population_size=10),
     "exhaustive": lambda: ExhaustiveSearcher(),
 }
-TINY = {"fixed": {"precision": "bf16", "zero_stage": 1}, "allowed": {"recompute": ("selective", "full")}}
+TINY = {"fixed": {"precision": "bf16", "zero_stage": 1, "cp_comm_type": "p2p"},  # p2p: keep the space small
+        "allowed": {"recompute": ("selective", "full")}}
 
 
 @pytest.fixture(params=sorted(SEARCHERS))

@@ -36,10 +36,12 @@ def test_space_holds_every_legal_strategy_within_bounds() -> None:
             ["none", "selective", "full"], [0, 1, 2, 3], ["bf16", "fp8"]):
         if tp * pp * cp > 8:
             continue
-        s = Strategy(tp=tp, pp=pp, cp=cp, dp=8 // (tp * pp * cp), micro_batch_size=mbs, vpp=vpp,
-                     global_batch_size=64, sequence_parallel=sp, recompute=rc, zero_stage=z, precision=prec)
-        if not rule_violations(problem.run(s)):
-            brute.add(s)
+        for exchange in ("p2p", "all_gather", "a2a") if cp > 1 else ("p2p",):  # cp_comm_type matters at cp > 1
+            s = Strategy(tp=tp, pp=pp, cp=cp, dp=8 // (tp * pp * cp), micro_batch_size=mbs, vpp=vpp,
+                         global_batch_size=64, sequence_parallel=sp, recompute=rc, zero_stage=z, precision=prec,
+                         cp_comm_type=exchange)
+            if not rule_violations(problem.run(s)):
+                brute.add(s)
     assert space == brute
 
 
