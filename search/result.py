@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from costmodel.predict import predict_run
@@ -162,4 +162,20 @@ def strategy_label(strategy: Strategy) -> str:
         parts.append("sp")
     parts += [{"none": "rc-none", "selective": "rc-sel", "full": "rc-full"}[s.recompute], f"z{s.zero_stage}",
               s.precision]
+    # Every other knob that differs from its default, so that two rows never read the same.
+    for f in fields(s):
+        value = getattr(s, f.name)
+        if f.name in _LABELLED or f.default is MISSING or value == f.default:
+            continue
+        if f.name == "cp_comm_type" and s.cp == 1:
+            continue
+        parts.append(f"{_SHORT.get(f.name, f.name)}={value}")
     return " ".join(parts)
+
+
+_LABELLED = frozenset({"tp", "pp", "vpp", "cp", "ep", "dp", "micro_batch_size", "global_batch_size",
+                       "sequence_parallel", "recompute", "zero_stage", "precision"})
+_SHORT = {"hsdp_shard_size": "hsdp", "cp_comm_type": "cp-comm", "moe_token_dispatcher": "dispatcher",
+          "tp_comm_overlap": "tp-overlap", "overlap_grad_reduce": "overlap-grad", "overlap_param_gather":
+          "overlap-param", "moe_capacity_factor": "capacity", "moe_shared_expert_overlap": "shared-overlap",
+          "moe_a2a_overlap": "a2a-overlap", "pipeline_layout": "layout"}
