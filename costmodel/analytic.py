@@ -17,7 +17,7 @@ from costmodel.specs.gpu import GPUSpec
 # Fraction of dense peak a large GEMM reaches when nothing was measured: torchao's roofline
 # model uses 78% on H100 (pytorch/ao roofline utilities), in the 73-87% band of measured
 # maximum-achievable matmul FLOP/s across A100..GB200 (ml-engineering accelerator table);
-# shared/research/hardware_and_formulas.md section 2.
+# docs/hardware_and_formulas.md section 2.
 GEMM_PEAK_FRACTION = 0.78
 # Flash-attention forward reaches ~50% of dense peak on A100 (median over 4071 shapes, 156 of
 # 312 TFLOP/s non-causal) -- derived from Zhang et al. 2025 (arXiv 2509.22832) measurements,

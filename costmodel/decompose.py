@@ -293,7 +293,7 @@ def _renamed(op: Op, prefix: str) -> Op:
 
 # Adam step with fp32 master weights, moments and main grads, writing 16-bit params back:
 # reads grad 4 + master 4 + m 4 + v 4, writes master 4 + m 4 + v 4 + param 2 = 30 bytes/param
-# (derived in shared/research/hardware_and_formulas.md section 4e from Megatron-LM's distributed optimizer).
+# (derived in docs/hardware_and_formulas.md section 4e from Megatron-LM's distributed optimizer).
 ADAM_BYTES_PER_PARAM = 30
 
 

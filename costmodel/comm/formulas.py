@@ -6,7 +6,7 @@ all_gather / reduce_scatter, the per-rank send buffer of an alltoall, the bytes 
 ``n`` ranks in the group, ``g`` of them per domain, ``k`` domains (``n = g * k``). Bandwidths
 are per GPU, one direction, with the calibrated efficiency already applied
 (:class:`LinkFigures`); times in seconds. Citation keys are those of
-shared/research/hardware_and_formulas.md section 8.
+docs/hardware_and_formulas.md section 8.
 
 Bus bandwidth [NCCLT-PERF]: ``busbw = S / t * factor``, factor ``2(n-1)/n`` for all_reduce,
 ``(n-1)/n`` for all_gather, reduce_scatter and alltoall, 1 for send/recv. An ideal ring moves

@@ -181,7 +181,7 @@ def override_gpu(gpu: GPUSpec, overrides: dict[str, Any], section: str = "cluste
 
 # Runtime reserve (not usable for model state): CUDA context 0.5-0.9 GiB with torch >= 1.13 and
 # NCCL initialisation ~1-2 GiB (source: ml-engineering "performance" chapter, as collected in
-# shared/research/hardware_and_formulas.md section 5c), plus an allocator-fragmentation share.
+# docs/hardware_and_formulas.md section 5c), plus an allocator-fragmentation share.
 # The fragmentation share is a judgement call (no measured figure is published); 5% of capacity
 # leaves ~131 GiB usable on an H200, close to the "~130 GiB usable" of 140.4 reported for a
 # DeepSpeed ZeRO-3 run (ml-engineering, same section).

@@ -1,6 +1,6 @@
 """Collective times (costmodel/comm/collectives.py, formulas.py, calibration.yaml).
 
-Citation keys are those of shared/research/hardware_and_formulas.md section 8.
+Citation keys are those of docs/hardware_and_formulas.md section 8.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The shipped GPU catalog (costmodel/catalog/gpus.yaml): names, sources, datasheet spot checks.
 
-Citation keys in comments are those of shared/research/hardware_and_formulas.md section 8.
+Citation keys in comments are those of docs/hardware_and_formulas.md section 8.
 """
 
 from __future__ import annotations
