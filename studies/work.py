@@ -21,7 +21,7 @@ from typing import TextIO
 
 from studies.claims import DEFAULT_TTL_S, Heartbeat, Owner, holders, release, try_claim
 from studies.folder import StudyFolder
-from studies.outputs import export_results, write_result
+from studies.outputs import export_results, write_result, write_study
 from studies.problems import Problem, expand
 from studies.progress import Progress
 from studies.result import ProblemResult
@@ -139,6 +139,7 @@ def run_worker(spec: StudySpec, url: str, *, out_dir: Path | None = None, top_k:
                 time.sleep(poll_s)
     finally:
         progress.close()
-    if folder is not None:
+    if folder is not None:  # a folder `parplan study report` can read: the resolved study beside the results
+        write_study(folder, spec)
         export_results(folder, problems, store.results(keys))
     return searched
