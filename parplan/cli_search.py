@@ -26,6 +26,7 @@ from costmodel.specs.errors import SpecError
 from costmodel.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, get_framework
 from costmodel.specs.model_source import parse_model
 from costmodel.specs.runspec import RunSpec, load_run_spec
+from parplan._interrupt import resumable
 from parplan._json import dumps
 from parplan._argtypes import int_list, jobs, number_in, positive_int, positive_number, seed
 from search import (
@@ -50,7 +51,7 @@ from search.storage import check_storage_url
 from search.exporters import EXPORTERS, get_exporter
 from search.samplers import SAMPLERS
 
-EXIT_OK, EXIT_INFEASIBLE, EXIT_INTERRUPTED = 0, 3, 130
+EXIT_OK, EXIT_INFEASIBLE = 0, 3
 """130 = 128 + SIGINT, what shells report for a command ended by Ctrl-C."""
 EPILOG = ("exit codes: 0 a strategy was found; 2 bad input (one line naming the field); 3 no legal strategy fits "
           "(the output says what would); 130 interrupted (stored trials are kept; rerun to resume)")
@@ -231,12 +232,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     Ctrl-C ends it with one line and exit code 130: trials stored with
     ``--study-name`` / ``--storage`` are kept, and the same command resumes.
     """
-    try:
-        return _search_command(args)
-    except KeyboardInterrupt:
-        sys.stderr.write("parplan: interrupted; rerun the same command to resume\n")
-        sys.stderr.flush()
-        return EXIT_INTERRUPTED
+    return resumable(_search_command)(args)
 
 
 def _search_command(args: argparse.Namespace) -> int:

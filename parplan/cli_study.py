@@ -11,31 +11,16 @@ without the rest of the CLI.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from parplan._argtypes import jobs, positive_int, positive_number
+from parplan._interrupt import resumable
 
-EXIT_OK, EXIT_USAGE, EXIT_UNFINISHED, EXIT_INTERRUPTED = 0, 2, 1, 130
+EXIT_OK, EXIT_USAGE, EXIT_UNFINISHED = 0, 2, 1
 """130 = 128 + SIGINT, what shells report for a command ended by Ctrl-C."""
-
-
-def _resumable(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Ctrl-C ends ``command`` with one line and exit 130 instead of a traceback (the next run resumes)."""
-
-    @functools.wraps(command)
-    def wrapper(args: argparse.Namespace) -> int:
-        try:
-            return command(args)
-        except KeyboardInterrupt:
-            sys.stderr.write("parplan: interrupted; rerun the same command to resume\n")
-            sys.stderr.flush()
-            return EXIT_INTERRUPTED
-
-    return wrapper
 
 
 def register(subparsers: Any) -> None:
@@ -92,7 +77,7 @@ def _out_dir(args: argparse.Namespace, spec: Any) -> Path:
     return Path(f"study-{spec.name}")
 
 
-@_resumable
+@resumable
 def cmd_run(args: argparse.Namespace) -> int:
     from studies.claims import DEFAULT_TTL_S
     from studies.runner import run_study
@@ -113,7 +98,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_resumable
+@resumable
 def cmd_worker(args: argparse.Namespace) -> int:
     from studies.claims import DEFAULT_TTL_S
     from studies.spec import load_study
