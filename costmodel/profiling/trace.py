@@ -29,12 +29,8 @@ of a shape are merged into one sample: the median, with the spread.
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
-import os
 import re
-import stat
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -181,25 +177,11 @@ def import_trace(trace: str | Path, out: str | Path, device: str | None = None) 
 
 
 def _load(path: Path) -> dict[str, Any]:
-    # A trace may be far larger than a run spec, so it skips the spec reader's size cap, but not the rest:
-    # a regular file only (a FIFO or device would block or never end), and deep nesting is an error.
-    try:
-        regular = stat.S_ISREG(os.stat(path).st_mode)
-    except OSError as exc:
-        raise SpecError("trace", str(path), f"a readable file ({type(exc).__name__})") from None
-    if not regular:
-        raise SpecError("trace", str(path), "a regular file (not a folder, FIFO or device)")
-    try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as handle:  # type: ignore[operator]
-            data = json.load(handle)
-    except RecursionError:
-        raise SpecError("trace", str(path), "a Chrome trace JSON file (it nests too deeply)") from None
-    except (OSError, ValueError) as exc:
-        raise SpecError("trace", str(path), f"a readable Chrome trace JSON file ({type(exc).__name__})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise SpecError("trace", str(path), "a Chrome trace (a JSON object with traceEvents)")
-    return data
+    # One bounded trace reader (regular files only, a size cap meant for traces, no recursion error);
+    # imported here because costmodel.replay imports this module.
+    from costmodel.replay.parse import read_chrome_json
+
+    return read_chrome_json(path)
 
 
 def _event(raw: dict[str, Any]) -> _Event:

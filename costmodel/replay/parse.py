@@ -81,6 +81,27 @@ def _read_bytes(path: Path) -> bytes:
     return raw
 
 
+def read_chrome_json(path: str | Path) -> dict[str, Any]:
+    """The JSON object of a Chrome trace file (``.json`` or ``.json.gz``), within this module's bounds.
+
+    Raises
+    ------
+    SpecError
+        Naming the file: not a regular file, too large, not JSON, nested too deeply, or without traceEvents.
+    """
+    path = Path(path)
+    raw = _read_bytes(path)
+    try:
+        data = json.loads(raw, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise SpecError("trace", str(path), "a Chrome trace JSON file (nested too deeply)") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SpecError("trace", str(path), f"a readable Chrome trace JSON file ({str(exc)[:80]})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise SpecError("trace", str(path), "a Chrome trace (a JSON object with a traceEvents list)")
+    return data
+
+
 def read_trace(path: str | Path) -> RawTrace:
     """Read one rank's Chrome trace (``.json`` or ``.json.gz``).
 
@@ -90,15 +111,7 @@ def read_trace(path: str | Path) -> RawTrace:
         Naming the file: unreadable, too large, not JSON, or not a Chrome trace with complete events.
     """
     path = Path(path)
-    raw = _read_bytes(path)
-    try:
-        data = json.loads(raw, parse_constant=_refuse_constant)
-    except RecursionError:
-        raise SpecError("trace", str(path), "a Chrome trace JSON file (nested too deeply)") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise SpecError("trace", str(path), f"a Chrome trace JSON file ({str(exc)[:80]})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise SpecError("trace", str(path), "a Chrome trace (a JSON object with a traceEvents list)")
+    data = read_chrome_json(path)
     events = []
     for item in data["traceEvents"]:
         if not isinstance(item, dict) or item.get("ph") != "X":
