@@ -26,6 +26,13 @@ def clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+def redraw(stream: TextIO, text: str) -> None:
+    """Replace the terminal's current line with ``text``, cut to the terminal's width."""
+    width = shutil.get_terminal_size().columns - 1  # the last column would wrap on some terminals
+    stream.write("\r\033[K" + text[:max(width, 20)])
+    stream.flush()
+
+
 class SearchProgress:
     """A status line for one search or a budget search over several GPU counts.
 
@@ -93,9 +100,7 @@ class SearchProgress:
         now = self._now()
         if not force and self._drawn_at is not None and now - self._drawn_at < REDRAW_S:
             return
-        width = shutil.get_terminal_size().columns - 1  # the last column would wrap on some terminals
-        self.stream.write("\r\033[K" + self.status_line()[:max(width, 20)])
-        self.stream.flush()
+        redraw(self.stream, self.status_line())
         self._drawn_at = now
 
     def close(self) -> None:

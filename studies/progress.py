@@ -9,11 +9,12 @@ the problems left take as long on average as the ones this run finished
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from typing import TextIO
 
+from search.progress import clock as search_clock
+from search.progress import redraw
 from studies.result import ProblemResult
 
 BAR_WIDTH = 24
@@ -21,12 +22,7 @@ BAR_WIDTH = 24
 
 def clock(seconds: float | None) -> str:
     """``1:02:03`` / ``2:03`` style durations; ``--:--`` when unknown."""
-    if seconds is None:
-        return "--:--"
-    s = int(round(seconds))
-    h, rest = divmod(s, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+    return "--:--" if seconds is None else search_clock(seconds)
 
 
 def summary(result: ProblemResult) -> str:
@@ -95,9 +91,7 @@ class Progress:
     def draw(self) -> None:
         if not self.live:
             return
-        width = shutil.get_terminal_size().columns - 1  # the last column would wrap on some terminals
-        self.stream.write("\r\033[K" + self.status_line()[:max(width, 20)])
-        self.stream.flush()
+        redraw(self.stream, self.status_line())
         self._drawn = True
 
     def close(self) -> None:
