@@ -1,6 +1,6 @@
 """Fit the one global calibration factor on the published runs and write costmodel/calibration.yaml.
 
-The step time holds named overheads with their own sources (``costmodel.overheads``:
+The step time holds named overheads with their own sources (``costmodel.llm.overheads``:
 exposed kernel launch per layer, the data-parallel straggler term; the optimizer step
 is a timed operator). What they leave is ONE global parameter, ``compute_scale``
 (timed forward and backward operators x scale: sustained clocks and the gaps between
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from costmodel.predict import timer_for  # noqa: E402
 from costmodel.specs import run_spec_from_mapping  # noqa: E402
-from costmodel.step import predict_step  # noqa: E402
+from costmodel.llm.step import predict_step  # noqa: E402
 
 SCALES = np.round(np.arange(0.90, 1.30001, 0.01), 3)
 
@@ -95,7 +95,7 @@ def main() -> int:
     if args.write:
         text = ("# Written by `python benchmarks/calibrate.py --write`; do not edit by hand.\n"
                 "# framework.compute_scale: the one global factor left after the named overheads of\n"
-                "#   costmodel/overheads.py (kernel launch, data-parallel stragglers; the optimizer is a timed op);\n"
+                "#   costmodel/llm/overheads.py (kernel launch, data-parallel stragglers; the optimizer is a timed op);\n"
                 "#   grid search 0.90..1.30 step 0.01 minimising MAPE of step time on\n"
                 "#   studies/validation/public.yaml (one global set, never per family).\n"
                 "# interval: 10th/90th percentiles of log(measured/predicted) under leave-one-source-out\n"

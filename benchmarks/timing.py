@@ -16,10 +16,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from costmodel.decompose import stage_ops  # noqa: E402
+from costmodel.llm.decompose import stage_ops  # noqa: E402
 from costmodel.predict import timer_for  # noqa: E402
 from costmodel.specs import run_spec_from_mapping  # noqa: E402
-from costmodel.step import predict_step  # noqa: E402
+from costmodel.llm.step import predict_step  # noqa: E402
 
 RUNS = {
     "llama3.1-70b tp8 pp4 vpp5 (64 H100)": ROOT / "studies" / "examples" / "llama3.1-70b-64xh100.yaml",

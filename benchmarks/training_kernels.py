@@ -54,7 +54,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from costmodel.decompose import _elementwise  # noqa: E402
+from costmodel.llm.decompose import _elementwise  # noqa: E402
 from costmodel.ops import Op, gemm, memory_op  # noqa: E402
 from costmodel.predict import timer_for  # noqa: E402
 from costmodel.specs import get_gpu  # noqa: E402

@@ -36,7 +36,7 @@ def step_time_interval(step_time_s: float) -> list[float] | None:
 def compute_scale() -> float:
     """The one global factor on the timed forward and backward operators; 1 when not calibrated.
 
-    What the named mechanisms (``costmodel.overheads``: kernel launch, data-parallel
+    What the named mechanisms (``costmodel.llm.overheads``: kernel launch, data-parallel
     stragglers) and the timed optimizer step leave between isolated-kernel tables and a
     real training loop: sustained clocks under power limits and the gaps between kernels.
     Fitted once on all public runs by ``benchmarks/calibrate.py`` (never per family).

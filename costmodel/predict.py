@@ -18,7 +18,7 @@ from costmodel.specs.gpu import GiB, GPUSpec
 from costmodel.specs.notices import ParplanWarning
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.layout import layout_of
-from costmodel.step import predict_step, throughput
+from costmodel.llm.step import predict_step, throughput
 from costmodel.timing import OperatorTimer
 
 

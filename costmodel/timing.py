@@ -102,7 +102,7 @@ class TimedOps:
 
 
 def _gemm_role(op: Op) -> str:
-    """``fwd``, ``dgrad`` or ``wgrad``: the last part of a GEMM op's name (``costmodel.decompose``)."""
+    """``fwd``, ``dgrad`` or ``wgrad``: the last part of a GEMM op's name (``costmodel.llm.decompose``)."""
     role = op.name.rsplit(".", 1)[-1]
     return role if role in _BACKWARD_ROLES else "fwd"
 
@@ -132,7 +132,7 @@ class OperatorTimer:
     _memo: dict[tuple[Any, ...], tuple[float, str, tuple[str, ...]]] = field(default_factory=dict, repr=False)
     _comm_memo: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     _fa2_level: list[np.ndarray | None] = field(default_factory=list, repr=False)  # computed once, on first use
-    # Summed stage times keyed by the fields that shape a stage's operators (costmodel.compute).
+    # Summed stage times keyed by the fields that shape a stage's operators (costmodel.llm.compute).
     stage_memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False)
 
     @property

@@ -26,14 +26,14 @@ from typing import Any
 
 from constraints import check
 from constraints.oom import oom_probability
-from costmodel.compute import distinct_stages, stage_ops_key
-from costmodel.decompose import stage_ops
+from costmodel.llm.compute import distinct_stages, stage_ops_key
+from costmodel.llm.decompose import stage_ops
 from costmodel.ops import Op
 from costmodel.predict import timer_for
 from costmodel.specs.gpu import GiB, GPUSpec
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.strategy import Strategy
-from costmodel.step import predict_step, throughput
+from costmodel.llm.step import predict_step, throughput
 from costmodel.timing import OperatorTimer
 from search.space import LAYOUT_KNOBS, SearchProblem, StrategySpace, nearest
 

@@ -342,7 +342,7 @@ def legal_moe_knobs(problem: SearchProblem, pp: int, vpp: int, ep: int, etp: int
     never both, all-to-all overlap with ep > 1 and interleaving when pp > 1 (its refusal under
     full recompute is a setting conflict, :func:`setting_conflicts`). Elsewhere the defaults only.
     Choices that time alike are offered once: with ep = etp = 1 nothing is dispatched (the default
-    only), and HybridEP is DeepEP while a stage's ranks fit one scale-up domain (``costmodel.moe``).
+    only), and HybridEP is DeepEP while a stage's ranks fit one scale-up domain (``costmodel.llm.moe``).
     """
     fw = problem.framework
     default = (fw.moe_token_dispatcher, fw.moe_shared_expert_overlap, fw.moe_a2a_overlap)

@@ -19,7 +19,7 @@ VOLATILE = frozenset({"elapsed_s", "cpu_s", "worker"})
 """Fields that differ between two runs of the same problem (when and where it ran, not what it found)."""
 BREAKDOWN_KEYS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "pp_bubble_s",
                   "dp_comm_exposed_s", "optimizer_s", "other_s")
-"""Step-time parts of ``costmodel.step.StepPrediction.breakdown``, in plotting order."""
+"""Step-time parts of ``costmodel.llm.step.StepPrediction.breakdown``, in plotting order."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from constraints import check
-from costmodel.flops import model_flops_per_step
+from costmodel.llm.flops import model_flops_per_step
 from costmodel.predict import predict_run
 from costmodel.specs.errors import SpecError
 from costmodel.specs.framework import framework_for_label

@@ -3,7 +3,7 @@
 Two sources of points, targeted first:
 
 - **Targeted** (``--for-run``, ``--for-search``): the operators
-  ``costmodel.decompose.stage_ops`` lists for every pipeline stage of the
+  ``costmodel.llm.decompose.stage_ops`` lists for every pipeline stage of the
   given runs, exactly the shapes the cost model will ask the predictors about,
   most important first (FLOPs x count for GEMM and attention, bytes x count
   for memory-bound kernels).
@@ -32,7 +32,7 @@ import numpy as np
 from scipy.stats import qmc
 
 from costmodel.analytic import memory_kind
-from costmodel.decompose import stage_ops
+from costmodel.llm.decompose import stage_ops
 from costmodel.ops import Op
 from costmodel.profiling.kinds import MEMORY_KERNELS, OP_GROUPS, SAMPLED_DTYPES, MemoryKernel, memory_kernel
 from costmodel.specs.errors import SpecError

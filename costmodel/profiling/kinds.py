@@ -28,7 +28,7 @@ class MemoryKernel:
 
     ``reads`` and ``writes`` count tensors of ``elements`` elements, so that
     ``bytes = elements x element_bytes x (reads + writes)``: the ideal
-    single-pass convention of ``costmodel.decompose`` for the same op.
+    single-pass convention of ``costmodel.llm.decompose`` for the same op.
     """
 
     group: str  # the --ops group that measures it

@@ -55,7 +55,7 @@ def framework_defaults(given: Collection[str], framework: Framework, model: Mode
     """The defaults that fill the knobs absent from ``given`` (the keys of a ``strategy:`` section).
 
     MoE knobs are listed for MoE models only. The MoE ones stay ``None`` in the ``Strategy``
-    (``costmodel.moe`` reads the framework then); ``zero_stage`` and ``tp_comm_overlap``
+    (``costmodel.llm.moe`` reads the framework then); ``zero_stage`` and ``tp_comm_overlap``
     are filled in by :func:`filled`.
     """
     out = []

@@ -37,7 +37,7 @@ class Strategy:
     ``cp_comm_type`` (how context parallelism exchanges K/V: the ``p2p`` ring, the default
     of Megatron-Core ``--cp-comm-type``; ``all_gather``, Llama 3; ``a2a``, Ulysses).
 
-    MoE knobs (None: the framework's default, ``costmodel.moe``): ``etp``, the
+    MoE knobs (None: the framework's default, ``costmodel.llm.moe``): ``etp``, the
     expert-tensor-parallel size (Megatron-Core parallel folding: the expert
     layers lay ``etp * ep * edp`` over the same ``tp * cp * dp`` ranks; None =
     ``tp``, as Megatron-LM defaults ``--expert-tensor-parallel-size``);

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from costmodel import calibration
-from costmodel.overheads import (
+from costmodel.llm.overheads import (
     LAUNCH_S_PER_KERNEL,
     expected_max_standard_normal,
     kernels_per_layer,
@@ -17,7 +17,7 @@ from costmodel.overheads import (
     straggler_fraction,
 )
 from costmodel.specs import ClusterSpec, RunSpec, Strategy, get_gpu, get_model
-from costmodel.step import predict_step
+from costmodel.llm.step import predict_step
 from costmodel.timing import OperatorTimer
 
 

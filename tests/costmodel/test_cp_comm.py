@@ -1,4 +1,4 @@
-"""Context-parallel communication per cp_comm_type (costmodel.cp_comm)."""
+"""Context-parallel communication per cp_comm_type (costmodel.llm.cp_comm)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import pytest
 
 from constraints.rules import rule_violations
 from costmodel.comm import group_placement
-from costmodel.cp_comm import cp_layer_exposed_s, kv_chunk_bytes, p2p_ring_seconds
+from costmodel.llm.cp_comm import cp_layer_exposed_s, kv_chunk_bytes, p2p_ring_seconds
 from costmodel.predict import timer_for
 from costmodel.specs.errors import SpecError
 from costmodel.specs.runspec import run_spec_from_mapping
-from costmodel.step import _on_group
-from costmodel.tp_comm import tp_layer_exposed_s
+from costmodel.llm.step import _on_group
+from costmodel.llm.tp_comm import tp_layer_exposed_s
 
 
 def _run(model: str = "llama3.1-8b", seq: int = 8192, gpus: int = 8, **strategy):

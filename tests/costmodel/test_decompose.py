@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.decompose import layer_ops, stage_ops
-from costmodel.flops import forward_flops_per_token, recompute_flops_per_step
+from costmodel.llm.decompose import layer_ops, stage_ops
+from costmodel.llm.flops import forward_flops_per_token, recompute_flops_per_step
 from costmodel.specs import ClusterSpec, RunSpec, Strategy, get_gpu, get_model
 
 CASES = [  # model, tp, pp, cp, ep, seq
@@ -69,7 +69,7 @@ def test_flops_conservation(case: tuple, recompute: str) -> None:
 
 def test_closed_form_matches_narayanan_for_gpt() -> None:
     """72 B s l h^2 (1 + s/(6h) + V/(12 l h)) per step (contract definition, full attention)."""
-    from costmodel.flops import model_flops_per_step
+    from costmodel.llm.flops import model_flops_per_step
 
     m = get_model("gpt3-175b")
     B, s, l, h, V = 1536, 2048, m.num_layers, m.hidden_size, m.vocab_size
@@ -130,7 +130,7 @@ def _with(run: RunSpec, **changes: object) -> RunSpec:
 
 @pytest.mark.parametrize("knob", sorted(_NON_SHAPING))
 def test_stage_ops_key_leaves_out_only_knobs_that_shape_no_operator(knob):
-    from costmodel.compute import stage_ops_key
+    from costmodel.llm.compute import stage_ops_key
 
     run = _run("mixtral-8x7b", 2, 4, 1, 4, 4096)
     other = _with(run, **{knob: _NON_SHAPING[knob]})
@@ -141,7 +141,7 @@ def test_stage_ops_key_leaves_out_only_knobs_that_shape_no_operator(knob):
 
 @pytest.mark.parametrize("knob", sorted(_SHAPING))
 def test_stage_ops_key_changes_with_every_shaping_knob(knob):
-    from costmodel.compute import stage_ops_key
+    from costmodel.llm.compute import stage_ops_key
 
     run = _run("mixtral-8x7b", 2, 4, 1, 4, 4096)
     other = _with(run, **{knob: _SHAPING[knob]})
@@ -152,7 +152,7 @@ def test_stage_ops_key_changes_with_every_shaping_knob(knob):
 def test_stage_ops_key_tells_an_uneven_split_from_an_unsupported_one():
     # 126 layers on pp 16: vpp 1 splits 7, 14 x 8, 7; vpp 2 has no split (the rules reject it, a report
     # still times it at 126 / 16 layers per stage): the keys must differ, or a shared memo mixes them up.
-    from costmodel.compute import stage_ops_key
+    from costmodel.llm.compute import stage_ops_key
 
     run = _run("llama3.1-405b", 8, 16, 1, 1, 8192)
     other = _with(run, vpp=2)
@@ -178,14 +178,14 @@ def test_mla_projections_have_their_real_shapes() -> None:
 
 
 def test_mla_closed_form_attention_core_uses_qk_and_v_head_dims() -> None:
-    from costmodel.flops import attention_flops_per_token
+    from costmodel.llm.flops import attention_flops_per_token
 
     m = get_model("deepseek-v3")
     assert attention_flops_per_token(m, 4096, causal=False) == 2 * 4096 * 128 * (192 + 128)
 
 
 def test_sliding_window_layers_attend_over_the_window() -> None:
-    from costmodel.flops import attention_flops_per_token
+    from costmodel.llm.flops import attention_flops_per_token
 
     m = get_model("gpt-oss-120b")
     per_key = 2 * 64 * (64 + 64)  # heads x (d_qk + d_v), two matmuls

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from costmodel.decompose import layer_ops
+from costmodel.llm.decompose import layer_ops
 from costmodel.predict import predict_run, timer_for
 from costmodel.specs import get_gpu
 from costmodel.specs.runspec import run_spec_from_mapping

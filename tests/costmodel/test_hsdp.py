@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from costmodel.comm.placement import group_placement, group_ranks
-from costmodel.sharding import gradient_sync_seconds
+from costmodel.llm.sharding import gradient_sync_seconds
 from costmodel.specs import ClusterSpec, RunSpec, Strategy, get_gpu, get_model
 from costmodel.specs.errors import SpecError
 from costmodel.specs.framework import get_framework
-from costmodel.step import predict_step
+from costmodel.llm.step import predict_step
 from costmodel.timing import OperatorTimer
 
 

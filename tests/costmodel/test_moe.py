@@ -1,4 +1,4 @@
-"""MoE dispatch, expert load and overlap as Megatron-Core runs them (costmodel/moe.py)."""
+"""MoE dispatch, expert load and overlap as Megatron-Core runs them (costmodel/llm/moe.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from constraints.rules import rule_violations
-from costmodel import moe
+from costmodel.llm import moe
 from costmodel.comm.placement import GroupPlacement
-from costmodel.decompose import layer_ops
+from costmodel.llm.decompose import layer_ops
 from costmodel.specs.errors import SpecError
 from costmodel.specs.runspec import RunSpec, run_spec_from_mapping
 from costmodel.specs.strategy import Strategy
@@ -182,7 +182,7 @@ def test_each_stage_s_expert_groups_are_placed_on_their_own() -> None:
 # -- TP collectives of an MoE layer: the dispatcher does the MLP side ----------------------------------
 def _tp_log(run: RunSpec, moe_layer: bool) -> list[tuple[str, float]]:
     from costmodel.predict import timer_for
-    from costmodel.tp_comm import tp_layer_exposed_s
+    from costmodel.llm.tp_comm import tp_layer_exposed_s
 
     log: list[tuple[str, float]] = []
 
@@ -209,8 +209,8 @@ def test_shared_expert_keeps_its_tp_collectives() -> None:
 def test_step_books_moe_layers_tp_comm_without_the_mlp_pair() -> None:
     from costmodel.comm import group_placement
     from costmodel.predict import timer_for
-    from costmodel.step import _on_group, predict_step
-    from costmodel.tp_comm import tp_layer_exposed_s
+    from costmodel.llm.step import _on_group, predict_step
+    from costmodel.llm.tp_comm import tp_layer_exposed_s
 
     run = _run(tp=2, dp=32, ep=8, sequence_parallel=True)
     timer = timer_for(run.cluster.gpu)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.schedule import SCHEDULES, interleaved_one_f_one_b, one_f_one_b, schedule_name
+from costmodel.llm.schedule import SCHEDULES, interleaved_one_f_one_b, one_f_one_b, schedule_name
 
 TIMES = st.lists(st.floats(0.001, 1.0), min_size=1, max_size=8)
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import costmodel.step as step
-from costmodel.sharding import (
+import costmodel.llm.step as step
+from costmodel.llm.sharding import (
     DEEPSPEED_ZERO3,
     FSDP2,
     MEGATRON_FSDP,
@@ -19,7 +19,7 @@ from costmodel.sharding import (
     zero3_microbatch_seconds,
 )
 from costmodel.specs import ClusterSpec, RunSpec, Strategy, get_gpu, get_model
-from costmodel.step import predict_step
+from costmodel.llm.step import predict_step
 from costmodel.timing import OperatorTimer
 
 
@@ -119,7 +119,7 @@ def test_zero2_reduces_every_microbatch() -> None:
 
 
 def test_settings_follow_the_run_framework() -> None:
-    from costmodel.sharding import sharding_settings
+    from costmodel.llm.sharding import sharding_settings
     from costmodel.specs.framework import get_framework
 
     run = _run()

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from costmodel.predict import predict_run, timer_for
 from costmodel.specs import ClusterSpec, RunSpec, Strategy, get_gpu, get_model
-from costmodel.step import BREAKDOWN_KEYS, predict_step
+from costmodel.llm.step import BREAKDOWN_KEYS, predict_step
 from costmodel.timing import OperatorTimer
 
 CONTRACT = {"fits", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
@@ -75,7 +75,7 @@ def test_overlap_flags_hide_communication() -> None:
     timer = timer_for(run.cluster.gpu)
     exposed = predict_step(run, timer)
     hidden = predict_step(replace(run, strategy=replace(run.strategy, tp_comm_overlap=True)), timer)
-    # userbuffers overlap hides most TP comm, never all of it (costmodel.tp_comm: drains, chunk GEMMs, SMs)
+    # userbuffers overlap hides most TP comm, never all of it (costmodel.llm.tp_comm: drains, chunk GEMMs, SMs)
     assert 0 < hidden.breakdown["tp_comm_s"] < exposed.breakdown["tp_comm_s"]
     assert hidden.step_time_s < exposed.step_time_s
 
@@ -124,7 +124,7 @@ def test_deterministic() -> None:
 
 
 def test_uneven_stages_time_their_own_layers() -> None:
-    from costmodel.compute import pipeline_compute
+    from costmodel.llm.compute import pipeline_compute
 
     run = _run(model="llama3.1-405b", tp=8, pp=16, dp=1, gbs=32, seq=8192, recompute="full")
     computes = pipeline_compute(run, OperatorTimer(run.cluster.gpu, None))

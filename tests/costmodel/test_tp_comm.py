@@ -1,4 +1,4 @@
-"""TP communication as Transformer Engine overlaps it (costmodel.tp_comm)."""
+"""TP communication as Transformer Engine overlaps it (costmodel.llm.tp_comm)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from costmodel.comm import group_placement
 from costmodel.predict import timer_for
 from costmodel.specs.runspec import run_spec_from_mapping
-from costmodel.step import _on_group, predict_step
-from costmodel.tp_comm import (
+from costmodel.llm.step import _on_group, predict_step
+from costmodel.llm.tp_comm import (
     activation_wire_bytes,
     pipelined_scatter_seconds,
     ring_gather_seconds,

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from costmodel.decompose import stage_ops
+from costmodel.llm.decompose import stage_ops
 from costmodel.profiling.design import CPU_BOUNDS, SamplePoint, design_streams, ladder, targeted_points
 from costmodel.profiling.kinds import memory_kernel, parse_ops
 from costmodel.specs import run_spec_from_mapping

@@ -172,7 +172,7 @@ def test_a_fit_worse_than_the_roofline_is_stored_marked_and_not_used(noisy_dir):
 
 
 def test_a_fit_worse_than_the_roofline_gives_the_labelled_fall_back(noisy_dir):
-    from costmodel.decompose import stage_ops
+    from costmodel.llm.decompose import stage_ops
     from costmodel.predict import predict_run, timer_for
     from costmodel.specs import run_spec_from_mapping
 

@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from costmodel.decompose import stage_ops  # noqa: E402
+from costmodel.llm.decompose import stage_ops  # noqa: E402
 from costmodel.predict import predict_run, timer_for  # noqa: E402
 from costmodel.predictors import OperatorPredictor, forget_fitted  # noqa: E402
 from costmodel.profiles import load_profile  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from costmodel.step import predict_step
+from costmodel.llm.step import predict_step
 from search import build_space, run_search
 from search.samplers import BaseSearcher, ExhaustiveSearcher, NSGAIISearcher, TPESearcher
 from search.storage import open_study

@@ -11,7 +11,7 @@ calibration used to carry:
   jitter that slowest one drifts further from the mean as replicas are added
   (``straggler_fraction``).
 
-The optimizer step is not here: it is an operator (``costmodel.decompose.optimizer_op``,
+The optimizer step is not here: it is an operator (``costmodel.llm.decompose.optimizer_op``,
 timed in ``StageCompute.optimizer_s``) and the global calibration factor does not
 stretch it. What the mechanisms leave is one global factor
 (``costmodel.calibration.compute_scale``).
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from statistics import NormalDist
 
-from costmodel.decompose import layer_ops
+from costmodel.llm.decompose import layer_ops
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
 

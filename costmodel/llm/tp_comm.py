@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from costmodel.ops import gemm
-from costmodel.sharding import NCCL_COMPUTE_SLOWDOWN, overlapped_seconds
+from costmodel.llm.sharding import NCCL_COMPUTE_SLOWDOWN, overlapped_seconds
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
 
@@ -137,7 +137,7 @@ def _layer_linears(run: RunSpec, moe: bool = False) -> tuple[_Linear, ...]:
 
     A dense layer has four. In an MoE layer the routed experts take their tokens from the token
     dispatcher, which does the MLP side's sequence-parallel gather and scatter itself (over the
-    expert groups, ``costmodel.moe``): Megatron-Core's ``MoELayer`` calls no TP collective
+    expert groups, ``costmodel.llm.moe``): Megatron-Core's ``MoELayer`` calls no TP collective
     around the experts (megatron/core/transformer/moe/moe_layer.py @d98e8a64). Only the shared
     experts, a TP MLP on the dense group, gather and reduce-scatter
     (shared_experts.py: ``gather_from_sequence_parallel_region`` /
@@ -159,7 +159,7 @@ def _layer_linears(run: RunSpec, moe: bool = False) -> tuple[_Linear, ...]:
 
 
 def _gemm_seconds(timer: OperatorTimer, role: str, m: int, n: int, k: int, precision: str) -> float:
-    """One GEMM ``(m, n, k)`` in the run's precision, timed like ``costmodel.decompose``'s linears."""
+    """One GEMM ``(m, n, k)`` in the run's precision, timed like ``costmodel.llm.decompose``'s linears."""
     op = gemm(f"tp_chunk.{role}", "fwd" if role == "fwd" else "bwd", max(m, 1), n, k, precision, 1.0,
               1.0 if precision == "fp8" else 2.0)
     return float(timer.time_ops([op]).seconds[0])
@@ -222,7 +222,7 @@ def tp_layer_exposed_s(run: RunSpec, timer: OperatorTimer, collective: Collectiv
     """Exposed TP seconds of one layer per micro-batch: forward (twice with full recompute) and backward.
 
     ``collective(op, bytes)`` times one collective on the run's tensor-parallel group; ``moe``:
-    an MoE layer, whose routed experts' communication is the dispatcher's (``costmodel.moe``).
+    an MoE layer, whose routed experts' communication is the dispatcher's (``costmodel.llm.moe``).
     """
     s = run.strategy
     if s.tp == 1:

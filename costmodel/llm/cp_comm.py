@@ -22,7 +22,7 @@ Megatron-Core passes it (``--cp-comm-type``):
   ``heads / (tp * cp)`` heads. TE requires the per-rank query and KV heads divisible by cp.
 
 Exposed time is everything beyond the attention the stage already books (the whole-sequence
-causal kernel over ``1/cp`` of the work, ``costmodel.decompose``). Compute beside an NCCL
+causal kernel over ``1/cp`` of the work, ``costmodel.llm.decompose``). Compute beside an NCCL
 kernel is slowed by ``NCCL_COMPUTE_SLOWDOWN``. The attention core stays bf16 under FP8 recipes,
 so K/V travel in bf16. Sliding-window layers are priced like full layers (TE runs them only
 with ``all_gather`` or ``a2a``).
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from costmodel.ops import Op
-from costmodel.sharding import NCCL_COMPUTE_SLOWDOWN, overlapped_seconds
+from costmodel.llm.sharding import NCCL_COMPUTE_SLOWDOWN, overlapped_seconds
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.strategy import CP_COMM_TYPES
 from costmodel.timing import OperatorTimer
@@ -47,7 +47,7 @@ Collective = Callable[[str, float], float]
 
 def _attention(family: str, batch: int, seq: int, heads: int, kv_heads: int, head_dim: int, v_head_dim: int,
                causal: bool, count: float = 1.0) -> Op:
-    """One flash-attention kernel, with ``costmodel.decompose``'s FLOP and byte counts."""
+    """One flash-attention kernel, with ``costmodel.llm.decompose``'s FLOP and byte counts."""
     fwd = 2.0 * batch * seq * seq * heads * (head_dim + v_head_dim) * (0.5 if causal else 1.0)
     moved = BF16 * batch * seq * (heads * head_dim + heads * v_head_dim + kv_heads * (head_dim + v_head_dim))
     scale = 1 if family == "attention_fwd" else 2

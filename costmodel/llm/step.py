@@ -1,11 +1,11 @@
 """Step time of one training run on a whole cluster: compute, communication, schedule, overlap.
 
 For every pipeline rank the micro-batch forward and backward times are its timed
-operators (``costmodel.compute``) plus the communication its parallelism adds and
+operators (``costmodel.llm.compute``) plus the communication its parallelism adds and
 does not hide: TP all-reduce (or all-gather + reduce-scatter with sequence
 parallelism) beyond the GEMMs Transformer Engine overlaps them with
-(``costmodel.tp_comm``); the context-parallel exchange beyond the attention it
-overlaps (``costmodel.cp_comm``); the expert-parallel all-to-all; ZeRO-3 gathers beyond the
+(``costmodel.llm.tp_comm``); the context-parallel exchange beyond the attention it
+overlaps (``costmodel.llm.cp_comm``); the expert-parallel all-to-all; ZeRO-3 gathers beyond the
 layer compute they are prefetched under. A pipeline schedule turns those into a
 flush; after it, the gradient sync (overlapped with the last micro-batch's
 backward when ``overlap_grad_reduce``), the optimizer step on the local shard and
@@ -22,16 +22,16 @@ from typing import Any
 import numpy as np
 
 from constraints.memory import params_on_gpu
-from costmodel import moe
+from costmodel.llm import moe
 from costmodel.calibration import compute_scale as calibrated_scale
 from costmodel.comm import collective_seconds, group_placement
-from costmodel.compute import StageCompute, pipeline_compute
-from costmodel.decompose import layer_shape, shared_expert_ops
-from costmodel.cp_comm import cp_layer_exposed_s
-from costmodel.flops import model_flops_per_step
-from costmodel.overheads import layer_launch_exposed_s, straggler_fraction
-from costmodel.schedule import SCHEDULES, PipelineTime, schedule_name
-from costmodel.sharding import (
+from costmodel.llm.compute import StageCompute, pipeline_compute
+from costmodel.llm.decompose import layer_shape, shared_expert_ops
+from costmodel.llm.cp_comm import cp_layer_exposed_s
+from costmodel.llm.flops import model_flops_per_step
+from costmodel.llm.overheads import layer_launch_exposed_s, straggler_fraction
+from costmodel.llm.schedule import SCHEDULES, PipelineTime, schedule_name
+from costmodel.llm.sharding import (
     backward_gathers,
     bucketed_reduce_exposed_s,
     gradient_sync_seconds,
@@ -42,7 +42,7 @@ from costmodel.sharding import (
 from costmodel.specs.layout import stage_layer_counts
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
-from costmodel.tp_comm import tp_layer_exposed_s
+from costmodel.llm.tp_comm import tp_layer_exposed_s
 
 BF16 = 2
 GRAD_REDUCE_BYTES = 4  # Megatron-LM reduces fp32 main gradients by default (accumulate_allreduce_grads_in_fp32)
@@ -144,7 +144,7 @@ def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers:
 
 def _ep_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: float, moe_layers: float,
                 pp_rank: int | None = None) -> float:
-    """Exposed MoE dispatch/combine seconds per micro-batch (``costmodel.moe``)."""
+    """Exposed MoE dispatch/combine seconds per micro-batch (``costmodel.llm.moe``)."""
     shared = timer.time_ops(shared_expert_ops(layer_shape(run.model, run.strategy, run.seq_length), run.model)) \
         if run.model.num_shared_experts else None
     return moe.ep_exposed_seconds(
@@ -250,7 +250,7 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
                  compute_scale: float | None = None) -> StepPrediction:
     """Seconds of one optimizer step of ``run`` and where they go.
 
-    ``other_s`` holds the named overheads of ``costmodel.overheads`` (exposed kernel
+    ``other_s`` holds the named overheads of ``costmodel.llm.overheads`` (exposed kernel
     launch, data-parallel stragglers) and the one global calibration factor's share;
     ``compute_scale`` overrides that factor (used when fitting it).
     """
@@ -296,7 +296,7 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
         "optimizer_s": optimizer,
         "other_s": m * k.overhead_s,
     }
-    # every replica waits at the gradient sync for the slowest one (costmodel.overheads)
+    # every replica waits at the gradient sync for the slowest one (costmodel.llm.overheads)
     breakdown["other_s"] += straggler_fraction(s.dp * s.cp) * sum(breakdown.values())
     notes = tuple(sorted({n for t in stages for n in t.compute.notes} | set(moe.moe_notes(run))))
     return StepPrediction(step_time_s=sum(breakdown.values()), breakdown=breakdown, schedule=name, notes=notes,

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from constraints.memory import model_state_bytes, state_bytes_per_param
-from costmodel import moe
-from costmodel.decompose import optimizer_op, stage_ops
+from costmodel.llm import moe
+from costmodel.llm.decompose import optimizer_op, stage_ops
 from costmodel.specs.layout import layout_of, stage_layer_counts
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
@@ -48,7 +48,7 @@ def optimizer_params_on_gpu(run: RunSpec, stage: int) -> float:
 def stage_ops_key(run: RunSpec, stage: int) -> tuple[Any, ...]:
     """Everything ``stage_ops(run, stage)`` depends on: equal keys give equal operator lists.
 
-    The model, the sequence length, the strategy fields ``costmodel.decompose``
+    The model, the sequence length, the strategy fields ``costmodel.llm.decompose``
     reads, the stage's (dense, MoE) layer counts, and the embedding, MTP layers
     and loss it holds (``PipelineLayout.rank_key``; a stage's index does not matter). dp, the global
     batch, ZeRO and the overlap switches shape no operator; pp and vpp only

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, replace
 
 from costmodel.specs.layout import EMBEDDING, LOSS, MTP, layout_of, stage_layer_counts
-from costmodel.moe import expert_rows, local_tokens
+from costmodel.llm.moe import expert_rows, local_tokens
 from costmodel.ops import Op, gemm, memory_op
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.runspec import RunSpec
@@ -182,7 +182,7 @@ def _mlp(name: str, x: LayerShape, model: ModelSpec, ffn: int, tokens: int | Non
 
 
 def _moe(x: LayerShape, model: ModelSpec, strategy: Strategy) -> list[Op]:
-    """Router, permutations, the local experts as a grouped GEMM and the shared experts (``costmodel.moe``).
+    """Router, permutations, the local experts as a grouped GEMM and the shared experts (``costmodel.llm.moe``).
 
     The router runs on the rank's sequence-parallel tokens, in bf16 also in FP8 recipes (a plain
     linear, Megatron-Core ``TopKRouter.gating``), with its score/top-k, aux-loss and z-loss

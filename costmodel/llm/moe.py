@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from costmodel.comm import group_placement
 from costmodel.comm.placement import GroupPlacement
-from costmodel.sharding import overlapped_seconds
+from costmodel.llm.sharding import overlapped_seconds
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.strategy import Strategy
@@ -106,7 +106,7 @@ def moe_notes(run: RunSpec) -> tuple[str, ...]:
 
 
 def ops_key(run: RunSpec) -> tuple[object, ...]:
-    """The strategy fields that shape the MoE operators (for ``costmodel.compute.stage_ops_key``)."""
+    """The strategy fields that shape the MoE operators (for ``costmodel.llm.compute.stage_ops_key``)."""
     s = run.strategy
     return (s.expert_tensor_parallel_size, s.moe_capacity_factor, load_factor(s))
 
@@ -222,7 +222,7 @@ def layer_comm_seconds(run: RunSpec, collective: Collective, stage: int | None =
 
 def exposed_under(comm_s: float, compute_s: float) -> float:
     """Seconds of ``comm_s`` left exposed when it runs beside ``compute_s`` of independent compute
-    (slowed by NCCL's SM and bandwidth use, ``costmodel.sharding``); never more than ``comm_s``."""
+    (slowed by NCCL's SM and bandwidth use, ``costmodel.llm.sharding``); never more than ``comm_s``."""
     if compute_s <= 0:
         return comm_s
     return min(comm_s, max(0.0, overlapped_seconds(compute_s, comm_s) - compute_s))
