@@ -13,6 +13,7 @@ from costmodel.specs.errors import SpecError, reject_unknown_keys, require_int, 
 from costmodel.specs.framework import DEFAULT_FRAMEWORK, Framework, get_framework, resolve_framework
 from costmodel.specs.gpu import CLUSTER_KEYS, ClusterSpec, GiB, override_gpu
 from costmodel.specs.model import ModelSpec, model_from_mapping
+from costmodel.specs.recsys import DLRMRunSpec, dlrm_run_spec_from_mapping, is_dlrm_mapping
 from costmodel.specs.strategy import STRATEGY_KEYS, Strategy
 from costmodel.specs.userfile import read_user_file
 
@@ -112,6 +113,8 @@ def run_spec_from_mapping(data: Any, base_dir: Path | None = None) -> RunSpec:
     """Build a ``RunSpec`` from parsed YAML / JSON; relative paths resolve against ``base_dir``."""
     if not isinstance(data, dict):
         raise SpecError("run spec", type(data).__name__, "a mapping with model, cluster and strategy")
+    if is_dlrm_mapping(data):
+        raise SpecError("model.kind", "dlrm", "read with load_any_run_spec or costmodel.specs.recsys (a DLRM spec)")
     reject_unknown_keys("", data, RUN_KEYS)
     for key in ("model", "cluster"):
         if key not in data:
@@ -135,3 +138,11 @@ read_structured_file = read_user_file  # the earlier name; every user file goes 
 def load_run_spec(path: str | Path) -> RunSpec:
     """Read a run spec from a YAML or JSON file."""
     return run_spec_from_mapping(read_user_file(path, field="run spec"), base_dir=Path(path).resolve().parent)
+
+
+def load_any_run_spec(path: str | Path) -> RunSpec | DLRMRunSpec:
+    """Read an LLM run spec or a DLRM one (``recsys:`` block or ``model: {kind: dlrm}``), the file read once."""
+    data = read_user_file(path, field="run spec")
+    if is_dlrm_mapping(data):
+        return dlrm_run_spec_from_mapping(data)
+    return run_spec_from_mapping(data, base_dir=Path(path).resolve().parent)
