@@ -8,6 +8,7 @@ from typing import Any
 from constraints.memory import model_state_bytes, state_bytes_per_param
 from costmodel.llm import moe
 from costmodel.llm.decompose import optimizer_op, stage_ops
+from costmodel.llm.recompute import recompute_policy
 from costmodel.specs.layout import layout_of, stage_layer_counts
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
@@ -49,14 +50,14 @@ def stage_ops_key(run: RunSpec, stage: int) -> tuple[Any, ...]:
     """Everything ``stage_ops(run, stage)`` depends on: equal keys give equal operator lists.
 
     The model, the sequence length, the strategy fields ``costmodel.llm.decompose``
-    reads, the stage's (dense, MoE) layer counts, and the embedding, MTP layers
-    and loss it holds (``PipelineLayout.rank_key``; a stage's index does not matter). dp, the global
+    reads (recompute as the framework's policy, ``costmodel.llm.recompute``), the stage's
+    (dense, MoE) layer counts, and the embedding, MTP layers and loss it holds (``PipelineLayout.rank_key``; a stage's index does not matter). dp, the global
     batch, ZeRO and the overlap switches shape no operator; pp and vpp only
     through the layer counts.
     """
     s = run.strategy
     return (run.model, run.seq_length, s.tp, s.cp, s.ep, s.micro_batch_size, s.sequence_parallel,
-            s.recompute, s.precision, s.flash_attention, stage_layer_counts(run.model, s, stage),
+            recompute_policy(run), s.precision, s.flash_attention, stage_layer_counts(run.model, s, stage),
             layout_of(run.model, s).rank_key(stage)[1:], moe.ops_key(run))
 
 

@@ -31,15 +31,15 @@ with ``all_gather`` or ``a2a``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from costmodel.llm.messages import BF16, rank_tokens
 from costmodel.ops import Op
+from costmodel.llm.recompute import attention_recompute_fraction, recompute_policy
 from costmodel.llm.sharding import NCCL_COMPUTE_SLOWDOWN, overlapped_seconds
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.strategy import CP_COMM_TYPES
 from costmodel.timing import OperatorTimer
 
 __all__ = ["CP_COMM_TYPES", "cp_layer_exposed_s", "kv_chunk_bytes", "p2p_ring_seconds"]
-
-BF16 = 2
 
 Collective = Callable[[str, float], float]
 """``(op, message_bytes) -> seconds`` on the context-parallel group."""
@@ -65,7 +65,7 @@ def kv_chunk_bytes(run: RunSpec) -> float:
     """Bytes of the K and V one rank holds (``s/cp`` tokens of its KV heads), in bf16."""
     s, m = run.strategy, run.model
     _, kv = _heads(run, s.tp)
-    return 2.0 * s.micro_batch_size * (run.seq_length // s.cp) * kv * m.head_dim * BF16  # type: ignore[operator]
+    return 2.0 * rank_tokens(run) * kv * m.head_dim * BF16  # type: ignore[operator]
 
 
 def _seconds(timer: OperatorTimer, op: Op) -> float:
@@ -85,7 +85,7 @@ def p2p_ring_seconds(step_s: list[float], comm_s: list[float], slowdown: float =
     return sum(overlapped_seconds(a, c, slowdown) if c > 0 else a for a, c in zip(step_s, comm_s))
 
 
-def _p2p_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, forward_passes: int) -> float:
+def _p2p_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, forward_passes: float) -> float:
     s, m = run.strategy, run.model
     cp, b = s.cp, s.micro_batch_size
     heads, kv = _heads(run, s.tp)
@@ -106,15 +106,15 @@ def _p2p_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, for
     return total
 
 
-def _all_gather_exposed(run: RunSpec, collective: Collective, forward_passes: int) -> float:
+def _all_gather_exposed(run: RunSpec, collective: Collective, forward_passes: float) -> float:
     gathered = kv_chunk_bytes(run) * run.strategy.cp
     ag, rs = collective("all_gather", gathered), collective("reduce_scatter", gathered)
     return forward_passes * ag + ag + rs
 
 
-def _a2a_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, forward_passes: int) -> float:
+def _a2a_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, forward_passes: float) -> float:
     s, m = run.strategy, run.model
-    tokens = s.micro_batch_size * run.seq_length // s.cp
+    tokens = rank_tokens(run)
     heads, kv = _heads(run, s.tp)
     qkv = collective("all_to_all", tokens * (heads + 2 * kv) * m.head_dim * BF16)  # type: ignore[operator]
     out = collective("all_to_all", tokens * heads * m.v_head_dim * BF16)  # type: ignore[operator]
@@ -130,13 +130,13 @@ def _a2a_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, for
 def cp_layer_exposed_s(run: RunSpec, timer: OperatorTimer, collective: Collective) -> float:
     """Exposed CP seconds of one layer per micro-batch: forward (with its recompute) and backward.
 
-    Selective and full recomputation re-run the attention core, and with it the CP exchange
-    (Megatron-Core's selective recompute module is ``core_attn``).
+    Recomputation that re-runs the attention core re-runs the CP exchange with it (Megatron-Core's
+    selective recompute module is ``core_attn``; ``costmodel.llm.recompute``).
     """
     s = run.strategy
     if s.cp == 1:
         return 0.0
-    forward_passes = 1 if s.recompute == "none" else 2
+    forward_passes = 1 + attention_recompute_fraction(recompute_policy(run))
     kind = s.cp_comm_type
     if kind == "all_gather":
         exposed = _all_gather_exposed(run, collective, forward_passes)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 from costmodel.specs.layout import EMBEDDING, LOSS, MTP, layout_of, stage_layer_counts
 from costmodel.llm.moe import expert_rows, local_tokens
+from costmodel.llm.recompute import layer_recompute_fraction, recompute_policy
 from costmodel.ops import Op, gemm, memory_op
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.runspec import RunSpec
@@ -214,8 +215,15 @@ def shared_expert_ops(x: LayerShape, model: ModelSpec) -> list[Op]:
     return _mlp("moe.shared", x, model, model.moe_ffn_hidden_size * model.num_shared_experts)  # type: ignore[operator]
 
 
-def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool = False) -> list[Op]:
-    """Operators of one transformer layer for one micro-batch on one GPU (fwd, bwd, recompute)."""
+def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool = False,
+              policy: str | None = None) -> list[Op]:
+    """Operators of one transformer layer for one micro-batch on one GPU (fwd, bwd, recompute).
+
+    ``policy`` is the run's recomputation policy (``costmodel.llm.recompute.recompute_policy``);
+    None: Megatron's meaning of ``strategy.recompute``.
+    """
+    if policy is None:
+        policy = "megatron" if strategy.recompute == "selective" else strategy.recompute
     x = layer_shape(model, strategy, seq_length)
     ops = _norm("input_norm", x)
     ops += _attention_projections(x, model)
@@ -230,11 +238,35 @@ def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool =
     ops += _norm("post_attn_norm", x)
     ops += _moe(x, model, strategy) if moe else _mlp("mlp", x, model, model.ffn_hidden_size)  # type: ignore[arg-type]
     ops += _dropout_residual("mlp", x, model)
-    if strategy.recompute == "full":
-        ops += [_as_recompute(op) for op in ops if op.phase == "fwd"]
-    elif strategy.recompute == "selective":
-        ops += [_as_recompute(op) for op in core if op.phase == "fwd"]
-    return ops
+    return ops + _recomputed(ops, core, x, model, policy, moe)
+
+
+def _recomputed(ops: list[Op], core: list[Op], x: LayerShape, model: ModelSpec, policy: str,
+                moe: bool) -> list[Op]:
+    """The forward operators ``policy`` re-runs before the layer's backward (``costmodel.llm.recompute``).
+
+    The op-level policy was read for dense, non-MLA blocks; other layers under it re-run the
+    attention core, as the memory model counts them (``constraints.memory``).
+    """
+    forward = [op for op in ops if op.phase == "fwd"]
+    share = layer_recompute_fraction(policy)
+    if share:
+        return [_scaled(_as_recompute(op), share) for op in forward]
+    if policy == "op" and not moe and not model.is_mla:
+        bpe = 1.0 if x.dtype == "fp8" else 2.0
+        # the even-numbered matmuls wk, wo and w3 (w2 without a gate), and every element-wise op
+        again = [gemm("qkv_proj.k.recompute", "recompute", x.tokens, x.kv_width, x.hidden, x.dtype, 1.0, bpe)]
+        again += [_as_recompute(op) for op in forward
+                  if op.family == "memory" or op.name == "out_proj.fwd"]
+        inner = model.ffn_hidden_size // x.tp  # type: ignore[operator]
+        if model.activation == "swiglu":
+            again.append(gemm("mlp.up.w3.recompute", "recompute", x.tokens, inner, x.hidden, x.dtype, 1.0, bpe))
+        else:
+            again += [_as_recompute(op) for op in forward if op.name == "mlp.down.fwd"]
+        return again
+    if policy in ("megatron", "op"):
+        return [_as_recompute(op) for op in core if op.phase == "fwd"]
+    return []
 
 
 def _as_recompute(op: Op) -> Op:
@@ -307,10 +339,11 @@ def stage_ops(run: RunSpec, stage: int) -> list[Op]:
     """Every operator one GPU of pipeline ``stage`` runs per micro-batch (counts include its layers)."""
     model, s, seq = run.model, run.strategy, run.seq_length
     dense, moe = stage_layer_counts(model, s, stage)
+    policy = recompute_policy(run)
     ops: list[Op] = []
     for layers, is_moe in ((dense, False), (moe, True)):
         if layers:
-            ops += [_scaled(op, layers) for op in layer_ops(model, s, seq, moe=is_moe)]
+            ops += [_scaled(op, layers) for op in layer_ops(model, s, seq, moe=is_moe, policy=policy)]
     layout = layout_of(model, s)  # the embedding, MTP layers and loss where the pipeline layout puts them
     if layout.count(stage, EMBEDDING):
         ops += embedding_ops(model, s, seq)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from statistics import NormalDist
 
 from costmodel.llm.decompose import layer_ops
+from costmodel.llm.recompute import recompute_policy
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
 
@@ -56,7 +57,7 @@ def kernels_per_layer(run: RunSpec, moe: bool = False) -> tuple[int, int]:
     attention is one launch); real layers launch a few more (casts, bias), so this is a
     lower bound on the issue time.
     """
-    ops = layer_ops(run.model, run.strategy, run.seq_length, moe=moe)
+    ops = layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run))
     forward = sum(1 for op in ops if op.phase == "fwd")
     return forward, len(ops) - forward
 
@@ -73,7 +74,7 @@ def layer_launch_exposed_s(run: RunSpec, timer: OperatorTimer, dense_layers: flo
             key = ("launch_exposed", run.model, run.seq_length, run.strategy, run.framework, moe)
             hit = timer.stage_memo.get(key)
             if hit is None:
-                ops = layer_ops(run.model, run.strategy, run.seq_length, moe=moe)
+                ops = layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run))
                 timed = timer.time_ops(ops)
                 fwd_kernels, bwd_kernels = kernels_per_layer(run, moe)
                 hit = timer.stage_memo[key] = (

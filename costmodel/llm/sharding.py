@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from costmodel.llm.recompute import layer_recompute_fraction
+
 __all__ = [
     "DEEPSPEED_ZERO3",
     "FSDP2",
@@ -136,8 +138,10 @@ def prefetch_layers(settings: ShardingSettings, layer_params: float) -> float:
     return float(math.ceil(units)) if settings.prefetch_whole_units else units
 
 
-def backward_gathers(settings: ShardingSettings, pp: int, recompute: str) -> int:
-    """All-gathers of one layer in its backward: 1 after a reshard, or for full recomputation.
+def backward_gathers(settings: ShardingSettings, pp: int, recompute: str) -> float:
+    """All-gathers of one layer in its backward: 1 after a reshard, else the share of layers recomputed whole.
+
+    ``recompute`` is the run's recomputation policy (``costmodel.llm.recompute``).
 
     With ``reshard_after_forward`` off, full recomputation still re-gathers: FSDP2's
     post-backward reshard is unconditional, so the recomputed forward finds the parameters
@@ -146,7 +150,7 @@ def backward_gathers(settings: ShardingSettings, pp: int, recompute: str) -> int
     reshard = settings.reshard_after_forward
     if reshard is None:
         reshard = pp == 1
-    return 1 if reshard or recompute == "full" else 0
+    return 1.0 if reshard else layer_recompute_fraction(recompute)
 
 
 def _finish(start: float, work: float, busy: list[tuple[float, float]], first: int,
@@ -237,7 +241,7 @@ def sharded_pass_seconds(layers: int, compute_s: float, gather_s: float, scatter
 
 
 def zero3_microbatch_seconds(layers: int, forward_s: float, backward_s: float, gather_s: float,
-                             scatter_s: float, prefetch: float, bwd_gathers: int,
+                             scatter_s: float, prefetch: float, bwd_gathers: float,
                              slowdown: float = NCCL_COMPUTE_SLOWDOWN) -> float:
     """Forward and backward of one micro-batch of a ZeRO-3 stage (stage totals in, seconds out).
 

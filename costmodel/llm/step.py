@@ -29,7 +29,9 @@ from costmodel.llm.compute import StageCompute, pipeline_compute
 from costmodel.llm.decompose import layer_shape, shared_expert_ops
 from costmodel.llm.cp_comm import cp_layer_exposed_s
 from costmodel.llm.flops import model_flops_per_step
+from costmodel.llm.messages import BF16, activation_bytes, grad_reduce_bytes
 from costmodel.llm.overheads import layer_launch_exposed_s, straggler_fraction
+from costmodel.llm.recompute import recompute_policy
 from costmodel.llm.schedule import SCHEDULES, PipelineTime, schedule_name
 from costmodel.llm.sharding import (
     backward_gathers,
@@ -44,8 +46,6 @@ from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
 from costmodel.llm.tp_comm import tp_layer_exposed_s
 
-BF16 = 2
-GRAD_REDUCE_BYTES = 4  # Megatron-LM reduces fp32 main gradients by default (accumulate_allreduce_grads_in_fp32)
 # Megatron-LM's default DDP bucket: max(40M, 1M x dp) parameters (megatron/core/distributed ddp config).
 BUCKET_PARAMS = 40_000_000
 # DeepSpeed's ZeRO-2 gradient bucket: reduce_bucket_size = 5e8 elements (deepspeed/runtime/zero/config.py).
@@ -121,8 +121,6 @@ def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers:
                 moe_layers: float, pp_rank: int | None = None) -> tuple[float, float, float, float]:
     """(tp, cp, ep, zero3) exposed seconds per micro-batch on one rank (forward + backward)."""
     model, s, cluster, gpu = run.model, run.strategy, run.cluster, run.cluster.gpu
-    tokens = s.micro_batch_size * run.seq_length // s.cp
-    recompute_fwd = 1 if s.recompute == "full" else 0
     tp = cp = ep = z3 = 0.0
     if s.tp > 1:
         g = group_placement("tp", s, cluster, stage=pp_rank)
@@ -192,17 +190,18 @@ def _zero3_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, laye
         total_params += params
     prefetch = prefetch_layers(settings, total_params / n)
     total = zero3_microbatch_seconds(n, stage.forward_s, stage.backward_s, gather, scatter, prefetch,
-                                     backward_gathers(settings, s.pp, s.recompute))
+                                     backward_gathers(settings, s.pp, recompute_policy(run)))
     return max(0.0, total - stage.forward_s - stage.backward_s)
 
 
 def _zero2_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: int | None = None) -> float:
     """ZeRO-2 gradient reduce-scatter of every micro-batch's backward (DeepSpeed stage 2), exposed part."""
     s, gpu = run.strategy, run.cluster.gpu
+    wire = grad_reduce_bytes(run)
     exposed = 0.0
     for params, g, replicate in _shard_groups(run, stage, pp_rank):
-        sync = _sync(timer, "reduce_scatter", params * GRAD_REDUCE_BYTES, g, replicate, gpu)
-        bucket = _sync(timer, "reduce_scatter", min(params, ZERO2_BUCKET_PARAMS) * GRAD_REDUCE_BYTES, g, replicate, gpu)
+        sync = _sync(timer, "reduce_scatter", params * wire, g, replicate, gpu)
+        bucket = _sync(timer, "reduce_scatter", min(params, ZERO2_BUCKET_PARAMS) * wire, g, replicate, gpu)
         exposed += bucketed_reduce_exposed_s(stage.backward_s, sync, bucket, s.overlap_grad_reduce)
     return exposed
 
@@ -216,12 +215,13 @@ def _dp_tail(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: i
     s, gpu = run.strategy, run.cluster.gpu
     if s.dp * s.cp == 1 or s.zero_stage == 3:
         return 0.0
+    wire = grad_reduce_bytes(run)
     total = 0.0
     for params, g, replicate in _shard_groups(run, stage, pp_rank):
         if s.zero_stage < 2:
             op = "all_reduce" if s.zero_stage == 0 else "reduce_scatter"
-            sync = _sync(timer, op, params * GRAD_REDUCE_BYTES, g, replicate, gpu)
-            bucket = _sync(timer, op, min(params, BUCKET_PARAMS) * GRAD_REDUCE_BYTES, g, replicate, gpu)
+            sync = _sync(timer, op, params * wire, g, replicate, gpu)
+            bucket = _sync(timer, op, min(params, BUCKET_PARAMS) * wire, g, replicate, gpu)
             total += bucketed_reduce_exposed_s(stage.backward_s, sync, bucket, s.overlap_grad_reduce)
         if s.zero_stage in (1, 2):
             gather = _collective(timer, "all_gather", params * BF16, g, gpu)
@@ -234,8 +234,7 @@ def _p2p_seconds(run: RunSpec, timer: OperatorTimer) -> float:
     s = run.strategy
     if s.pp == 1:
         return 0.0
-    tokens = s.micro_batch_size * run.seq_length // s.cp
-    nbytes = tokens * run.model.hidden_size * BF16 / (s.tp if s.sequence_parallel else 1)
+    nbytes = activation_bytes(run, BF16) / (s.tp if s.sequence_parallel else 1)
     return _collective(timer, "send_recv", nbytes, group_placement("pp", s, run.cluster), run.cluster.gpu)
 
 

@@ -34,7 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from costmodel.llm.messages import BF16, activation_bytes, activation_wire_bytes, rank_tokens
 from costmodel.ops import gemm
+from costmodel.llm.recompute import layer_recompute_fraction, recompute_policy
 from costmodel.llm.sharding import NCCL_COMPUTE_SLOWDOWN, overlapped_seconds
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
@@ -44,9 +46,6 @@ __all__ = ["UB_METHODS", "UbMethod", "activation_wire_bytes", "bulk_seconds", "p
 
 Collective = Callable[[str, float], float]
 """``(op, message_bytes) -> seconds`` on the tensor-parallel group."""
-
-BF16 = 2
-FP8 = 1
 
 
 @dataclass(frozen=True)
@@ -117,11 +116,6 @@ def bulk_seconds(gemm_s: float, comm_s: float, slowdown: float, margin: bool) ->
     return overlapped_seconds(gemm_s, comm_s, slowdown)
 
 
-def activation_wire_bytes(precision: str) -> int:
-    """Bytes per element of a TP all-gather of activations or output gradients (FP8 recipes gather FP8)."""
-    return FP8 if precision == "fp8" else BF16
-
-
 @dataclass(frozen=True)
 class _Linear:
     """One TP linear of a layer: ``name``, ``n`` outputs and ``k`` inputs per GPU, column or row parallel."""
@@ -167,12 +161,11 @@ def _gemm_seconds(timer: OperatorTimer, role: str, m: int, n: int, k: int, preci
 
 def _forward_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, lin: _Linear) -> float:
     s = run.strategy
-    tokens = s.micro_batch_size * run.seq_length // s.cp
-    h = run.model.hidden_size
+    tokens = rank_tokens(run)
     precision, tp = s.precision, s.tp
     full = _gemm_seconds(timer, "fwd", tokens, lin.n, lin.k, precision)
-    gathered = tokens * h * activation_wire_bytes(precision)
-    reduced = tokens * h * BF16
+    gathered = activation_bytes(run, activation_wire_bytes(precision))
+    reduced = activation_bytes(run, BF16)
     if not s.sequence_parallel:
         return 0.0 if lin.column else collective("all_reduce", reduced)
     if not s.tp_comm_overlap:
@@ -189,13 +182,12 @@ def _forward_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective,
 
 def _backward_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, lin: _Linear) -> float:
     s = run.strategy
-    tokens = s.micro_batch_size * run.seq_length // s.cp
-    h = run.model.hidden_size
+    tokens = rank_tokens(run)
     precision, tp = s.precision, s.tp
     dgrad = _gemm_seconds(timer, "dgrad", tokens, lin.k, lin.n, precision)
     wgrad = _gemm_seconds(timer, "wgrad", lin.n, lin.k, tokens, precision)
-    gathered = tokens * h * activation_wire_bytes(precision)
-    reduced = tokens * h * BF16
+    gathered = activation_bytes(run, activation_wire_bytes(precision))
+    reduced = activation_bytes(run, BF16)
     if not s.sequence_parallel:  # input-gradient all-reduce of column linears under their wgrad
         if not lin.column:
             return 0.0
@@ -219,7 +211,7 @@ def _backward_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective
 
 
 def tp_layer_exposed_s(run: RunSpec, timer: OperatorTimer, collective: Collective, moe: bool = False) -> float:
-    """Exposed TP seconds of one layer per micro-batch: forward (twice with full recompute) and backward.
+    """Exposed TP seconds of one layer per micro-batch: forward (again where whole layers are recomputed) and backward.
 
     ``collective(op, bytes)`` times one collective on the run's tensor-parallel group; ``moe``:
     an MoE layer, whose routed experts' communication is the dispatcher's (``costmodel.llm.moe``).
@@ -227,7 +219,7 @@ def tp_layer_exposed_s(run: RunSpec, timer: OperatorTimer, collective: Collectiv
     s = run.strategy
     if s.tp == 1:
         return 0.0
-    forward_passes = 2 if s.recompute == "full" else 1
+    forward_passes = 1 + layer_recompute_fraction(recompute_policy(run))
     total = 0.0
     for lin in _layer_linears(run, moe):
         # a chunk GEMM timed faster than its share of the whole is table noise, not hidden time
