@@ -12,9 +12,6 @@ ROOT = Path(__file__).parents[2]
 PACKAGES = ("parplan", "costmodel", "constraints", "search", "studies")
 
 
-@pytest.mark.xfail(strict=True, reason="setuptools' default editable install resolves the packages with a meta-path "
-                   "finder that runs after PathFinder, so a cwd folder named search/ (no __init__.py) becomes a "
-                   "namespace package first; open: install with editable_mode=compat or a non-editable wheel")
 def test_import_from_a_foreign_directory_with_decoys(tmp_path: Path) -> None:
     # Decoy folders named like parplan's top-level packages: a namespace package could shadow them.
     for name in ("search", "studies", "constraints", "costmodel"):
