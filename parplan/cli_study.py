@@ -4,15 +4,12 @@
 ``SpecError`` (a bad study file or argument) propagates to ``parplan.cli.main``,
 which prints it on one line and exits with 2. Ctrl-C in ``run`` or ``worker``
 prints one line and exits with 130: everything stored so far is kept, and the
-same command resumes. ``python -m parplan.cli_study`` runs the same subcommands
-without the rest of the CLI.
+same command resumes.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,14 +121,3 @@ def cmd_report(args: argparse.Namespace) -> int:
     for path in written:
         print(path)
     return EXIT_OK
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m parplan.cli_study run|worker|report ...`` (the same as ``parplan study ...``)."""
-    from parplan.cli import main as parplan_main
-
-    return parplan_main(["study", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -8,8 +8,13 @@ from pathlib import Path
 import pytest
 
 from parplan import cli
-from parplan.cli_study import main, register
+from parplan.cli_study import register
 from tests.studies.conftest import TINY, write_study
+
+
+def main(argv: list[str]) -> int:
+    """``parplan study ARGV``."""
+    return cli.main(["study", *argv])
 
 
 def test_run_then_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

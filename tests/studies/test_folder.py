@@ -10,13 +10,19 @@ from pathlib import Path
 import pytest
 
 from costmodel.specs.errors import SpecError
-from parplan.cli_study import main
+from parplan.cli import main as parplan_main
 from studies.folder import MARKER_FILE, StudyFolder
 from studies.outputs import read_results
 from studies.report import write_report
 from studies.runner import run_study
 from studies.spec import StudySpec, load_study
 from tests.studies.conftest import TINY, write_study
+
+
+def main(argv: list[str]) -> int:
+    """``parplan study ARGV``."""
+    return parplan_main(["study", *argv])
+
 
 SMALL = {**TINY, "name": "small", "gpu_counts": [8], "search": {"trials": 5, "seed": 1}}
 """Two problems of a few tenths of a second."""

@@ -18,7 +18,7 @@ SLOW = {**TINY, "name": "ctrl-c", "gpu_counts": [8, 16], "search": {"trials": 60
 
 
 def _command(study: Path, out: Path, jobs: int) -> list[str]:
-    return [sys.executable, "-m", "parplan.cli_study", "run", str(study), "--out", str(out), "--n-jobs", str(jobs)]
+    return [sys.executable, "-m", "parplan", "study", "run", str(study), "--out", str(out), "--n-jobs", str(jobs)]
 
 
 @pytest.mark.parametrize("jobs", [1, pytest.param(2, marks=pytest.mark.slow)])

@@ -20,7 +20,7 @@ from tests.studies.conftest import TINY, comparable, write_study
 
 
 def _worker(study: Path, url: str, out: Path | None = None) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "parplan.cli_study", "worker", str(study), "--storage", url, "--poll", "0.2"]
+    command = [sys.executable, "-m", "parplan", "study", "worker", str(study), "--storage", url, "--poll", "0.2"]
     if out is not None:
         command += ["--out", str(out)]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -59,7 +59,7 @@ def test_a_dead_workers_problem_is_finished_by_another(tmp_path: Path, postgres_
     ttl = 6.0
     assert try_claim(store, victim.key, dead, ttl_s=ttl)
     expires_at = holders(store, [victim.key])[victim.key][1] + store.now()
-    worker = subprocess.run([sys.executable, "-m", "parplan.cli_study", "worker", str(study),
+    worker = subprocess.run([sys.executable, "-m", "parplan", "study", "worker", str(study),
                              "--storage", postgres_url, "--poll", "0.5"], capture_output=True, text=True,
                             timeout=240)
     assert worker.returncode == 0, worker.stderr

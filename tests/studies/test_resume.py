@@ -22,7 +22,7 @@ SLOWER = {**TINY, "name": "kill", "gpu_counts": [8, 16, 32], "search": {"trials"
 
 
 def _command(study: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "parplan.cli_study", "run", str(study), "--out", str(out), "--n-jobs", "1"]
+    return [sys.executable, "-m", "parplan", "study", "run", str(study), "--out", str(out), "--n-jobs", "1"]
 
 
 def test_kill_9_then_rerun_resumes_and_equals_an_uninterrupted_run(tmp_path: Path) -> None:

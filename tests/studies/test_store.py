@@ -9,12 +9,18 @@ from pathlib import Path
 import pytest
 
 from costmodel.specs.errors import SpecError
-from parplan.cli_study import main
+from parplan.cli import main as parplan_main
 from studies.runner import run_study
 from studies.spec import load_study
 from studies.store import StudyStore, default_url
 from studies.work import open_store
 from tests.studies.conftest import TINY, write_study
+
+
+def main(argv: list[str]) -> int:
+    """``parplan study ARGV``."""
+    return parplan_main(["study", *argv])
+
 
 SMALL = {**TINY, "name": "small", "models": ["gpt3-350m"], "gpu_counts": [8], "search": {"trials": 5}}
 
