@@ -10,6 +10,10 @@ Model states (bytes per parameter, mixed precision with Adam), read from the run
     Main gradients take ``Framework.main_grad_bytes``: Megatron DDP's contiguous buffer is
     fp32 (4) unless ``--grad-reduce-in-bf16`` makes it bf16 (2); DeepSpeed keeps 16-bit
     gradients (ZeRO paper 2 + 2 + 12); FSDP2 keeps fp32 sharded gradients (reduce_dtype).
+    The optimizer's weights and Adam's moments take ``Framework.master_weights_dtype`` and
+    ``adam_moments_dtype``: NeMo Automodel keeps bf16 parameters stepped in place by torch Adam
+    with bf16 moments (2 + 2 + 4), DeepSeek-V3 bf16 moments beside fp32 master weights.
+    ``Framework.pipeline_parameter_copies`` (DualPipe: 2) multiplies the model states.
     Megatron's bf16-params / fp32-grads total is 18 bytes/param (Megatron-LM
     docs/user-guide/features/dist_optimizer.md). ZeRO stage 1 (= Megatron distributed
     optimizer) shards the optimizer bytes over the data-parallel ranks (dp * cp), stage 2
@@ -29,19 +33,23 @@ Activations per transformer layer: Korthikanti et al. 2022 (arXiv 2205.05198)
     up with 2(pp - i - 1) + (vpp - 1) pp + 1 model chunks (Narayanan et al. 2021,
     and Korthikanti et al. 2022 Section 4.2.3: the first stage holds
     L (1 + (pp - 1) / (pp vpp)) layers' worth).
+    MTP layers (``m`` in the layout) count as one more layer of their stage, each with its own logits.
     ``recompute: selective`` keeps what the framework's ``selective_recompute`` says:
     Megatron's (above), torchtitan's op-level policy (``op``: the layer input and the
     outputs of every other matmul, attention and reduce-scatter, torchtitan @3faaa1a0
     parallelize_llama.py ``_save_list``) or torchtitan's default (``layer``: every other
-    layer fully checkpointed, selective_ac_option "2"). ``cpu_offloading_num_layers``
+    layer fully checkpointed, selective_ac_option "2") or DeepSeek-V3's (``deepseek-v3``: norms, MLA
+    up-projections and SwiGLU outputs recomputed, linear inputs cached in FP8 with
+    ``fp8_activation_cache``). ``cpu_offloading_num_layers``
     moves those layers' activations to the host, one layer's worth staying as the copy
     buffer (Megatron-Core TransformerConfig.cpu_offloading_num_layers, Transformer Engine
     cpu_offload.py get_cpu_offload_context).
 Other (peak-time buffers): fp32 + 16-bit logits on the last stage (6 bytes x b x s x
     V / tp, ml-engineering "performance" chapter), the embedding output on the first,
     ZeRO-3 gather buffers for the computing layer plus the framework's prefetch window
-    (``fsdp_prefetch_layers``), or the whole stage when FSDP2 keeps parameters unsharded
-    between forward and backward (torchtitan: reshard_after_forward = not pp_enabled),
+    (``fsdp_prefetch_layers``), or the whole stage when FSDP keeps parameters unsharded
+    between forward and backward (``fsdp_reshard_after_forward``: torchtitan ``not_pp``,
+    NeMo Automodel ``never``),
     MoE dispatch/combine buffers, one layer's working set during full-recompute backward.
 A runtime reserve (CUDA context, NCCL buffers, fragmentation) is not part of the
 peak: it is taken from the capacity instead (``ClusterSpec.usable_memory_bytes``).
@@ -59,17 +67,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from costmodel.specs.framework import Framework
+from costmodel.specs.framework import BYTES, Framework
 from costmodel.specs.gpu import GiB
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.runspec import RunSpec
-from costmodel.specs.layout import layout_of, stage_layer_counts
+from costmodel.specs.layout import MTP, layout_of, stage_layer_counts
 from costmodel.specs.strategy import Strategy
 
 BYTES_WEIGHT_16BIT = 2
-BYTES_WEIGHT_FP32 = 4
-BYTES_ADAM_MOMENTS = 8  # Adam first and second moments, fp32
-BYTES_OPTIMIZER = BYTES_WEIGHT_FP32 + BYTES_ADAM_MOMENTS  # fp32 master copy + Adam m and v
 # Transformer Engine's MXFP8 block: one E8M0 scale byte per 32 elements
 # (transformer_engine/pytorch/constants.py MXFP8_BLOCK_SCALING_SIZE = 32).
 MXFP8_BLOCK = 32
@@ -77,6 +82,9 @@ MXFP8_BLOCK = 32
 # FP8 buffer for row- and column-wise use (TE float8_tensor.py is_non_tn_fp8_gemm_supported).
 NON_TN_FP8_GPUS = frozenset({"b200", "gb200", "b300", "gb300"})
 BYTES_LOGITS = 6  # 16-bit logits plus their fp32 copy for the loss
+BYTES_FP8 = 1
+# DeepSeek-V3 report 3.3.4: the inputs of the Linear after attention are cached in E5M6 (12 bits).
+BYTES_E5M6 = 1.5
 
 
 @dataclass(frozen=True)
@@ -145,8 +153,22 @@ def embedding_params_per_gpu(model: ModelSpec, strategy: Strategy, stage: int) -
     return n
 
 
+def mtp_layer_params_per_gpu(model: ModelSpec, strategy: Strategy) -> tuple[float, float]:
+    """(non-expert, expert) parameters of one MTP layer on one GPU (``ModelSpec.mtp_layer_params``).
+
+    Three norms, the ``2h -> h`` projection (split by tp) and one transformer layer, MoE when the
+    model is; the embedding and LM head are shared with the main model (DeepSeek-V3 report 2.2).
+    """
+    h = model.hidden_size
+    extra = 3 * model.norm_params() + 2 * h * h / strategy.tp
+    if model.is_moe:
+        non_expert, expert = moe_layer_params_per_gpu(model, strategy)
+        return extra + non_expert, expert
+    return extra + dense_layer_params_per_gpu(model, strategy.tp), 0.0
+
+
 def params_on_gpu(run: RunSpec, stage: int) -> tuple[float, float]:
-    """(dense, expert) parameters one GPU of ``stage`` holds before any ZeRO sharding."""
+    """(dense, expert) parameters one GPU of ``stage`` holds before any ZeRO sharding (MTP layers included)."""
     model, s = run.model, run.strategy
     dense_layers, moe_layers = stage_layer_counts(model, s, stage)
     dense = dense_layers * dense_layer_params_per_gpu(model, s.tp) + embedding_params_per_gpu(model, s, stage)
@@ -155,6 +177,11 @@ def params_on_gpu(run: RunSpec, stage: int) -> tuple[float, float]:
         non_expert, expert_per_layer = moe_layer_params_per_gpu(model, s)
         dense += moe_layers * non_expert
         expert = moe_layers * expert_per_layer
+    mtp = layout_of(model, s).count(stage, MTP)
+    if mtp:
+        non_expert, expert_per_layer = mtp_layer_params_per_gpu(model, s)
+        dense += mtp * non_expert
+        expert += mtp * expert_per_layer
     return dense, expert
 
 
@@ -180,10 +207,17 @@ def fp8_weight_copy_bytes(framework: Framework, gpu_name: str) -> float:
 
 
 def state_bytes_per_param(framework: Framework) -> tuple[float, float]:
-    """(weight, optimizer) bytes per parameter before FP8 copies and sharding."""
-    if framework.separate_master_weights:  # 16-bit weights beside an fp32 master copy in the optimizer
-        return float(BYTES_WEIGHT_16BIT), float(BYTES_OPTIMIZER)
-    return float(BYTES_WEIGHT_FP32), float(BYTES_ADAM_MOMENTS)  # the fp32 parameters are the master copy
+    """(weight, optimizer) bytes per parameter before FP8 copies and sharding.
+
+    Adam keeps two moments in ``adam_moments_dtype``; the weights the optimizer steps are in
+    ``master_weights_dtype``, either a copy beside 16-bit weights (Megatron: 2 + 4 + 8) or the
+    parameters themselves (FSDP2: 4 + 8; NeMo Automodel's bf16 parameters: 2 + 4).
+    """
+    master = float(BYTES[framework.master_weights_dtype])
+    moments = 2.0 * BYTES[framework.adam_moments_dtype]
+    if framework.separate_master_weights:
+        return float(BYTES_WEIGHT_16BIT), master + moments
+    return master, moments
 
 
 def model_state_bytes(run: RunSpec, stage: int) -> tuple[float, float, float, float]:
@@ -209,6 +243,10 @@ def model_state_bytes(run: RunSpec, stage: int) -> tuple[float, float, float, fl
         weights += gemm * (fp8 - weight_bytes if fw.fp8_param_gather and fw.separate_master_weights else fp8)
     grads = sharded(dense, grad_bytes, shards_dense, 2) + sharded(expert, grad_bytes, shards_expert, 2)
     optim = sharded(dense, optim_bytes, shards_dense, 1) + sharded(expert, optim_bytes, shards_expert, 1)
+    # DualPipe-like schedules hold a second stage's parameters; its gradients and optimizer states are
+    # counted with it (the report states only "two copies of the parameters": this is the upper bound).
+    copies = fw.pipeline_parameter_copies
+    weights, grads, optim = weights * copies, grads * copies, optim * copies
     # Korthikanti et al. 2022 Figure 1 convention: 18 bytes x 12 l h^2 / (tp pp), unsharded.
     layer_states = 18 * 12 * model.num_layers * model.hidden_size**2 / (s.tp * s.pp)
     return weights, grads, optim, layer_states
@@ -271,6 +309,44 @@ def op_saved_activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, se
     return 2 * s * b * h / (t if sp else 1) + kept + attention + scatters
 
 
+def deepseek_v3_saved_activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, seq_length: int,
+                                                 moe: bool = False, fp8_cache: bool = False) -> float:
+    """Bytes one MLA layer keeps under DeepSeek-V3's recomputation, per micro-batch (arXiv 2412.19437).
+
+    Section 3.2.3: every RMSNorm and the MLA up-projections are recomputed in backward, so the layer
+    keeps the two norm inputs (the residual stream, 16-bit) and the q / kv latents (the
+    up-projections' inputs, 16-bit) instead of the norm outputs and the per-head q, k, v; the
+    attention core keeps its output (the input of the Linear after attention, E5M6 with the FP8
+    cache) and its fp32 log-sum-exp. Section 3.3.4: the SwiGLU output is recomputed from its cached
+    input, so an MLP keeps its fc1 input (the dispatched tokens, top-k copies for routed experts) and
+    the SwiGLU input, both FP8 with the cache. The router keeps its fp32 scores. The routing
+    probabilities are applied in the recomputed SwiGLU (Megatron-Core ``activation_func_with_probs``),
+    so no expert output is kept for their gradient. Models without MLA keep Megatron's selective set.
+    """
+    if not model.is_mla:
+        return activation_bytes_per_layer(model, replace(strategy, recompute="selective"), seq_length, moe=moe)
+    t, b = strategy.tp, strategy.micro_batch_size
+    s = seq_length / strategy.cp
+    h = model.hidden_size
+    replicated = t if strategy.sequence_parallel and t > 1 else 1
+    linear_in = BYTES_FP8 if fp8_cache else BYTES_WEIGHT_16BIT
+    attn_out = BYTES_E5M6 if fp8_cache else BYTES_WEIGHT_16BIT
+    residuals = 2 * BYTES_WEIGHT_16BIT * s * b * h / replicated
+    latents = BYTES_WEIGHT_16BIT * s * b * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
+    attention = attn_out * s * b * model.out_proj_size / t + 4 * model.num_attention_heads * s * b / t
+
+    def mlp(ffn: int, copies: float) -> float:  # fc1 input and SwiGLU input (2 x ffn wide)
+        return copies * s * b * linear_in * (h / replicated + 2 * ffn / t)
+
+    if moe:
+        ffn = model.moe_ffn_hidden_size or 0
+        ffn_part = mlp(ffn, model.moe_router_topk) + mlp(ffn, model.num_shared_experts)
+        ffn_part += 4 * s * b * model.num_experts / replicated
+    else:
+        ffn_part = mlp(model.ffn_hidden_size or 0, 1)
+    return residuals + latents + attention + ffn_part
+
+
 def stored_activation_bytes_per_layer(run: RunSpec, moe: bool = False) -> float:
     """Bytes one layer keeps for backward, per micro-batch, averaged over the stage's layers.
 
@@ -279,6 +355,9 @@ def stored_activation_bytes_per_layer(run: RunSpec, moe: bool = False) -> float:
     """
     model, s = run.model, run.strategy
     mode = run.framework.selective_recompute if s.recompute == "selective" else "megatron"
+    if mode == "deepseek-v3":
+        fp8_cache = run.framework.fp8_activation_cache and s.precision == "fp8"
+        return deepseek_v3_saved_activation_bytes_per_layer(model, s, run.seq_length, moe=moe, fp8_cache=fp8_cache)
     if mode == "op" and not moe:
         return op_saved_activation_bytes_per_layer(model, s, run.seq_length)
     if mode == "layer":  # torchtitan checkpoints layers 2, 4, ...: half full recompute, half none
@@ -313,7 +392,13 @@ def layer_activation_bytes(run: RunSpec, stage: int) -> float:
         moe_each = stored_activation_bytes_per_layer(run, moe=True)
         per_chunk += moe_layers * moe_each
         largest = max(largest, moe_each)
-    layers = dense_layers + moe_layers
+    mtp = layout_of(model, s).count(stage, MTP)
+    if mtp:  # each MTP layer: one transformer layer plus the concatenated [embedding; hidden] projection input
+        mtp_each = stored_activation_bytes_per_layer(run, moe=model.is_moe) + 4 * run.seq_length / s.cp \
+            * s.micro_batch_size * model.hidden_size
+        per_chunk += mtp * mtp_each
+        largest = max(largest, mtp_each)
+    layers = dense_layers + moe_layers + mtp
     held = per_chunk * inflight_chunks(s, stage)
     off = offloaded_layers(run, layers)
     if off <= 0 or layers <= 0:
@@ -329,8 +414,8 @@ def other_bytes(run: RunSpec, stage: int) -> float:
     out = 0.0
     if stage == 0:
         out += inflight_chunks(s, 0) * (2 * seq * b * h + 8 * seq * b)  # embedding output and token ids
-    if stage == s.pp - 1:
-        out += BYTES_LOGITS * b * seq * model.vocab_size / s.tp
+    heads = (stage == s.pp - 1) + layout_of(model, s).count(stage, MTP)  # every MTP layer computes its own loss
+    out += heads * BYTES_LOGITS * b * seq * model.vocab_size / s.tp
     if s.zero_stage == 3:
         out += zero3_gather_bytes(run, stage)
     if model.is_moe:
@@ -351,14 +436,29 @@ def zero3_gather_layers(run: RunSpec, stage: int) -> float:
     """
     fw, s = run.framework, run.strategy
     layers = layers_per_stage(run.model, s, stage)
-    if fw.fsdp_implementation == "fsdp2" and s.pp > 1:
+    keep = fw.fsdp_reshard_after_forward
+    if keep == "never" or (keep == "not_pp" and s.pp > 1):
         return layers
     return min(layers, 1.0 + fw.fsdp_prefetch_layers)
 
 
 def zero3_gather_bytes(run: RunSpec, stage: int) -> float:
-    """16-bit all-gather buffers of the layers ``zero3_gather_layers`` counts."""
-    return zero3_gather_layers(run, stage) * BYTES_WEIGHT_16BIT * dense_layer_params_per_gpu(run.model, run.strategy.tp)
+    """16-bit all-gather buffers of the layers ``zero3_gather_layers`` counts.
+
+    A layer's gathered parameters are its average share of the stage's (dense and MoE layers alike,
+    embeddings excluded); expert weights are gathered only where they are sharded over more than
+    one expert-data-parallel rank (NeMo Automodel: FSDP over the ``ep_shard`` mesh, else not wrapped).
+    """
+    model, s = run.model, run.strategy
+    dense_layers, moe_layers = stage_layer_counts(model, s, stage)
+    layers = dense_layers + moe_layers
+    if layers <= 0:
+        return 0.0
+    gathered = dense_layers * dense_layer_params_per_gpu(model, s.tp)
+    if moe_layers:
+        non_expert, expert = moe_layer_params_per_gpu(model, s)
+        gathered += moe_layers * (non_expert + (expert if s.expert_data_parallel_size > 1 else 0.0))
+    return zero3_gather_layers(run, stage) * BYTES_WEIGHT_16BIT * gathered / layers
 
 
 def stage_memory(run: RunSpec, stage: int) -> StageMemory:

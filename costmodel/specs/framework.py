@@ -20,7 +20,8 @@ import yaml
 from costmodel.specs.errors import SpecError, reject_unknown_keys, require_bool, require_choice, require_int
 
 DEFAULT_FRAMEWORK = "megatron-core"
-FRAMEWORK_NAMES = ("megatron-core", "nemo", "megatron-bridge", "torchtitan", "deepspeed", "maxtext")
+FRAMEWORK_NAMES = ("megatron-core", "nemo", "megatron-bridge", "torchtitan", "deepspeed", "maxtext", "automodel",
+                   "hai-llm")
 DTYPES = ("fp32", "bf16")
 FSDP_IMPLEMENTATIONS = ("none", "megatron-fsdp", "fsdp2", "deepspeed-zero3", "gspmd")
 DISPATCHERS = ("alltoall", "allgather", "flex", "hybridep")  # hybridep: flex with the HybridEP backend
@@ -29,7 +30,10 @@ DISPATCHERS = ("alltoall", "allgather", "flex", "hybridep")  # hybridep: flex wi
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise", "rowwise", "aqt")
 # What ``recompute: selective`` keeps: Megatron's (all but the attention core), torchtitan's
 # op-level policy ("op") or its every-other-layer full checkpointing ("layer").
-SELECTIVE_RECOMPUTE = ("megatron", "op", "layer")
+SELECTIVE_RECOMPUTE = ("megatron", "op", "layer", "deepseek-v3")
+# When FSDP frees a layer's gathered parameters after its forward: always, never (kept until its
+# backward), or unless pipeline parallel (torchtitan's reshard_after_forward = not pp_enabled).
+RESHARD_AFTER_FORWARD = ("always", "never", "not_pp")
 BYTES = {"fp32": 4, "bf16": 2}
 CP_EXCHANGES = ("p2p", "all_gather", "a2a")  # costmodel.specs.strategy.CP_COMM_TYPES
 
@@ -82,6 +86,22 @@ class Framework:
     """What ``recompute: selective`` saves for backward: ``megatron`` (Korthikanti et al. 2022: all but
     the attention scores), ``op`` (torchtitan's op-level policy: only the saved-op outputs) or
     ``layer`` (torchtitan: full checkpointing of every other layer)."""
+    master_weights_dtype: str = "fp32"
+    """dtype of the weights the optimizer steps: the separate master copy, or the parameters
+    themselves when there is none (``bf16``: parameters kept in bf16 and stepped in place, no
+    fp32 copy at all, as NeMo Automodel's MoE models are)."""
+    adam_moments_dtype: str = "fp32"
+    """dtype of Adam's first and second moments (``bf16`` halves them: DeepSeek-V3's
+    low-precision optimizer states; ``torch.optim.Adam`` on bf16 parameters)."""
+    fsdp_reshard_after_forward: str = "always"
+    """When ZeRO-3 frees a layer's gathered parameters after its forward (``RESHARD_AFTER_FORWARD``):
+    ``never`` keeps every layer of the stage unsharded until its backward (no re-gather, more memory)."""
+    fp8_activation_cache: bool = False
+    """Whether FP8 runs keep the inputs of the linear layers for backward in FP8 (1 byte) rather
+    than 16-bit (DeepSeek-V3 report section 3.3.4, "Low-Precision Activation")."""
+    pipeline_parameter_copies: int = 1
+    """Copies of its stage's parameters (and gradients) each pipeline rank holds: 2 under a
+    bidirectional schedule such as DualPipe."""
     cpu_offloading_num_layers: int = 0
     """Transformer layers whose activations are offloaded to host memory between forward and
     backward (Megatron-Core ``TransformerConfig.cpu_offloading_num_layers``): trades PCIe traffic
@@ -113,6 +133,11 @@ class Framework:
         where = f"framework {self.name}"
         require_choice(f"{where}.grad_reduce_dtype", self.grad_reduce_dtype, DTYPES)
         require_choice(f"{where}.main_grad_dtype", self.main_grad_dtype, DTYPES)
+        require_choice(f"{where}.master_weights_dtype", self.master_weights_dtype, DTYPES)
+        require_choice(f"{where}.adam_moments_dtype", self.adam_moments_dtype, DTYPES)
+        require_choice(f"{where}.fsdp_reshard_after_forward", self.fsdp_reshard_after_forward,
+                       RESHARD_AFTER_FORWARD)
+        require_int(f"{where}.pipeline_parameter_copies", self.pipeline_parameter_copies, minimum=1)
         require_choice(f"{where}.fsdp_implementation", self.fsdp_implementation, FSDP_IMPLEMENTATIONS)
         require_choice(f"{where}.moe_token_dispatcher", self.moe_token_dispatcher, DISPATCHERS)
         require_choice(f"{where}.fp8_recipe", self.fp8_recipe, FP8_RECIPES)
@@ -121,7 +146,7 @@ class Framework:
         require_int(f"{where}.cpu_offloading_num_layers", self.cpu_offloading_num_layers, minimum=0)
         for name in ("tp_comm_overlap", "main_grad_follows_reduce_dtype", "separate_master_weights",
                      "distributed_optimizer", "fp8_weight_cache", "fp8_param_gather", "supports_fp16", "supports_tp_comm_overlap",
-                     "moe_shared_expert_overlap", "moe_a2a_overlap"):
+                     "moe_shared_expert_overlap", "moe_a2a_overlap", "fp8_activation_cache"):
             require_bool(f"{where}.{name}", getattr(self, name))
         if not isinstance(self.cp_comm_types, tuple) or not self.cp_comm_types \
                 or not set(self.cp_comm_types) <= set(CP_EXCHANGES):
