@@ -40,6 +40,10 @@ DEFAULT_DATA: Final = HERE.parent.parent / "shared" / "data" / "estimate-train-t
 TARGET: Final = 0.15
 MIN_BYTES: Final = 2**20
 FP16_BYTES: Final = 2
+# Bands of the error breakdown (>= 1 MiB rows): message size in bytes [lo, hi), node count [lo, hi].
+SIZE_BANDS: Final = (("1-16 MiB", 2**20, 2**24), ("16-256 MiB", 2**24, 2**28), ("256 MiB-4 GiB", 2**28, 2**32),
+                     (">= 4 GiB", 2**32, float("inf")))
+NODE_BANDS: Final = (("1", 1, 1), ("2", 2, 2), ("4-16", 4, 16), ("> 16", 17, 10**9))
 _UNITS: Final = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 
 # Part B machines: catalog GPU plus the node and network of each system (hardware_and_formulas.md 3a).
@@ -104,14 +108,16 @@ def _placement(op: str, cluster: ClusterSpec):  # type: ignore[no-untyped-def]
     return group_placement(kind, strategy, cluster)
 
 
-def model_times(op: str, sizes: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
+def model_times(op: str, sizes: np.ndarray, cluster: ClusterSpec,
+                algorithms: tuple[str, ...] | None = None) -> np.ndarray:
     """Model seconds of ``op`` over all GPUs of ``cluster`` (send_recv: first to last rank)."""
-    return np.asarray(collective_seconds(op, sizes, _placement(op, cluster), cluster.gpu))
+    return np.asarray(collective_seconds(op, sizes, _placement(op, cluster), cluster.gpu, algorithms=algorithms))
 
 
-def model_algorithms(op: str, sizes: np.ndarray, cluster: ClusterSpec) -> list[str]:
-    """The algorithm/protocol the model's NCCL tuner picks for each size."""
-    return nccl_algorithm(op, sizes, _placement(op, cluster), cluster.gpu)
+def model_algorithms(op: str, sizes: np.ndarray, cluster: ClusterSpec,
+                     algorithms: tuple[str, ...] | None = None) -> list[str]:
+    """The algorithm/protocol the model's NCCL tuner picks for each size (of ``algorithms``, as NCCL_ALGO)."""
+    return nccl_algorithm(op, sizes, _placement(op, cluster), cluster.gpu, algorithms=algorithms)
 
 
 def list_unpack_seconds(gathered_bytes: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
@@ -146,11 +152,12 @@ def published_rows(path: Path = PUBLISHED) -> list[PublishedRow]:
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     rows = []
     for entry in data["comparisons"]:
-        cluster = make_cluster(entry["gpu"], entry["nodes"], entry["gpus_per_node"])
+        cluster = make_cluster(entry["gpu"], entry["nodes"], entry["gpus_per_node"], entry.get("overrides"))
         n, op = cluster.num_gpus, entry["op"]
         sizes = np.array([parse_size(p[0]) for p in entry["points"]])
-        model = bus_bandwidth(op, sizes, model_times(op, sizes, cluster), n) / 1e9
-        algorithms = model_algorithms(op, sizes, cluster)
+        forced = tuple(entry["algorithms"]) if "algorithms" in entry else None  # the run's NCCL_ALGO
+        model = bus_bandwidth(op, sizes, model_times(op, sizes, cluster, forced), n) / 1e9
+        algorithms = model_algorithms(op, sizes, cluster, forced)
         status = ("excluded: " + entry["excluded"] if "excluded" in entry
                   else "in-sample: " + entry["calibrates"] if "calibrates" in entry else "ok")
         for (_, figure), size, got, algorithm in zip(entry["points"], sizes, model, algorithms, strict=True):
@@ -292,6 +299,8 @@ def published_summary(rows: list[PublishedRow]) -> list[dict[str, Any]]:
     groups += [(f">= 1 MiB, {tier}", [r for r in big if (r.nodes > 1) == across])
                for tier, across in (("intra-node", False), ("cross-node", True))]
     groups += [(f">= 1 MiB, {op}", [r for r in big if r.op == op]) for op in sorted({r.op for r in big})]
+    groups += [(f"size {label}", [r for r in big if lo <= r.size_bytes < hi]) for label, lo, hi in SIZE_BANDS]
+    groups += [(f"nodes {label}", [r for r in big if lo <= r.nodes <= hi]) for label, lo, hi in NODE_BANDS]
     return [{"group": name, "rows": len(members),
              "mape": float(np.mean([abs(r.error) for r in members])) if members else None}
             for name, members in groups]

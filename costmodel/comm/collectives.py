@@ -23,7 +23,7 @@ from costmodel.comm.placement import GroupPlacement
 from costmodel.specs.errors import SpecError
 from costmodel.specs.gpu import GPUSpec
 
-__all__ = ["IntraPredictor", "collective_seconds", "link_figures", "nccl_algorithm"]
+__all__ = ["ALGORITHMS", "IntraPredictor", "collective_seconds", "link_figures", "nccl_algorithm"]
 
 IntraPredictor = Callable[[str, int, NDArray[np.float64]], tuple[NDArray[np.float64], NDArray[np.bool_]]]
 """``(op, num_gpus, message_bytes) -> (seconds, in_range)``: measured NCCL inside one domain."""
@@ -50,27 +50,46 @@ def _link_figures(gpu: GPUSpec, cal: CommCalibration) -> LinkFigures:
     )
 
 
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree")
+"""Algorithms ``algorithms=`` may name (NCCL_ALGO's Ring, Tree, NVLS, NVLSTree)."""
+
+
 def _candidates(op: str, message_bytes: NDArray[np.float64], placement: GroupPlacement,
-                links: LinkFigures) -> dict[str, NDArray[np.float64]]:
+                links: LinkFigures, algorithms: tuple[str, ...] | None = None) -> dict[str, NDArray[np.float64]]:
     n = placement.size
     if not placement.crosses_nodes:
-        return candidate_seconds(op, message_bytes, n, 1, links)
-    # An uneven spread (a group cut 8 + 24 by a domain boundary) is priced by the domains it really
-    # spans and its n ranks, with the NIC share of its fewest-populated domain (g): that domain's
-    # ranks send the most bytes across, and its NICs carry every ring channel's crossing.
-    return candidate_seconds(op, message_bytes, placement.gpus_per_node, max(placement.num_domains, 2), links, n=n)
+        candidates = candidate_seconds(op, message_bytes, n, 1, links)
+    else:
+        # An uneven spread (a group cut 8 + 24 by a domain boundary) is priced by the domains it really
+        # spans and its n ranks, with the NIC share of its fewest-populated domain (g): that domain's
+        # ranks send the most bytes across, and its NICs carry every ring channel's crossing.
+        candidates = candidate_seconds(op, message_bytes, placement.gpus_per_node, max(placement.num_domains, 2),
+                                       links, n=n)
+    if algorithms is None:
+        return candidates
+    unknown = [a for a in algorithms if a not in ALGORITHMS]
+    if unknown or not algorithms:
+        raise SpecError("algorithms", algorithms, "a non-empty subset of " + ", ".join(ALGORITHMS))
+    # like NCCL_ALGO: alltoall and send/recv ("direct", "p2p") have no algorithm to choose
+    kept = {name: t for name, t in candidates.items() if name.split("/")[0] in algorithms or "/" not in name}
+    if not kept:
+        raise SpecError("algorithms", algorithms, f"one that NCCL runs {op} with here: "
+                        + ", ".join(sorted({name.split('/')[0] for name in candidates})))
+    return kept
 
 
 def nccl_algorithm(op: str, message_bytes: ArrayLike, placement: GroupPlacement, gpu: GPUSpec, *,
-                   calibration: CommCalibration | None = None) -> list[str]:
-    """The algorithm/protocol NCCL's tuner runs for each message size (``"ring/LL128"``, ``"tree/Simple"``, ...).
+                   calibration: CommCalibration | None = None,
+                   algorithms: tuple[str, ...] | None = None) -> list[str]:
+    """The algorithm/protocol NCCL's tuner runs for each message size (``"ring/LL128"``, ``"nvls/Simple"``, ...).
 
-    The analytic model's choice, the cheapest of :func:`costmodel.comm.formulas.candidate_seconds`.
+    The analytic model's choice, the cheapest of :func:`costmodel.comm.formulas.candidate_seconds`
+    (of those in ``algorithms``, as ``NCCL_ALGO`` restricts them, when given).
     """
     if op not in OPS:
         raise SpecError("op", op, "one of " + ", ".join(OPS))
     sizes = np.atleast_1d(np.asarray(message_bytes, dtype=np.float64))
-    candidates = _candidates(op, sizes, placement, link_figures(gpu, calibration))
+    candidates = _candidates(op, sizes, placement, link_figures(gpu, calibration), algorithms)
     names = list(candidates)
     best = np.argmin(np.stack([candidates[name] for name in names]), axis=0)
     return [names[i] for i in best]
@@ -79,18 +98,21 @@ def nccl_algorithm(op: str, message_bytes: ArrayLike, placement: GroupPlacement,
 @overload
 def collective_seconds(op: str, message_bytes: float, placement: GroupPlacement, gpu: GPUSpec,
                        intra: IntraPredictor | None = None, *,
-                       calibration: CommCalibration | None = None) -> float: ...
+                       calibration: CommCalibration | None = None,
+                       algorithms: tuple[str, ...] | None = None) -> float: ...
 
 
 @overload
 def collective_seconds(op: str, message_bytes: NDArray[np.float64], placement: GroupPlacement, gpu: GPUSpec,
                        intra: IntraPredictor | None = None, *,
-                       calibration: CommCalibration | None = None) -> NDArray[np.float64]: ...
+                       calibration: CommCalibration | None = None,
+                       algorithms: tuple[str, ...] | None = None) -> NDArray[np.float64]: ...
 
 
 def collective_seconds(op: str, message_bytes: ArrayLike, placement: GroupPlacement, gpu: GPUSpec,
                        intra: IntraPredictor | None = None, *,
-                       calibration: CommCalibration | None = None) -> float | NDArray[np.float64]:
+                       calibration: CommCalibration | None = None,
+                       algorithms: tuple[str, ...] | None = None) -> float | NDArray[np.float64]:
     """Seconds one ``op`` takes on the group ``placement`` describes.
 
     Parameters
@@ -109,6 +131,8 @@ def collective_seconds(op: str, message_bytes: ArrayLike, placement: GroupPlacem
         used where ``in_range``, the analytic model elsewhere.
     calibration : CommCalibration, optional
         Efficiencies; the shipped ``calibration.yaml`` by default.
+    algorithms : tuple of str, optional
+        Only these of :data:`ALGORITHMS` compete, as ``NCCL_ALGO`` restricts NCCL; all by default.
 
     Returns
     -------
@@ -124,7 +148,7 @@ def collective_seconds(op: str, message_bytes: ArrayLike, placement: GroupPlacem
         seconds = np.zeros_like(sizes)
     else:
         flat = np.atleast_1d(sizes)
-        candidates = _candidates(op, flat, placement, link_figures(gpu, calibration))
+        candidates = _candidates(op, flat, placement, link_figures(gpu, calibration), algorithms)
         seconds = np.minimum.reduce(list(candidates.values()))
         if intra is not None and not placement.crosses_nodes:
             ranks = 2 if op == "send_recv" else placement.size

@@ -84,10 +84,12 @@ from numpy.typing import NDArray
 from costmodel.comm.nccl_tuning import (
     BASE_LATENCY_US,
     DEFAULT_PLATFORM,
+    NVLS_EFFICIENCY,
     PROTOCOLS,
     NcclPlatform,
     channel_fraction,
     net_overhead_s,
+    nvls_pipeline_factor,
     protocol_bus_bandwidth,
     ring_plateau_factor,
     scaled_hop_latency_s,
@@ -211,6 +213,40 @@ def _tree_candidates(message_bytes: Bytes, g: int, k: int, simple_seconds_per_by
     return seconds
 
 
+def _nvls_candidates(message_bytes: Bytes, g: int, k: int, links: LinkFigures) -> dict[str, Bytes]:
+    """NCCL's NVLS all_reduce (one domain) or NVLS Tree (across domains), where the switch reduces.
+
+    Through an NVLink SHARP switch each GPU sends its whole buffer once (the switch reads every
+    GPU's copy of a shard and returns the sum to the shard's owner, ``multimem.ld_reduce``) and
+    receives it once (the owner's multicast store of the result), plus its own shard each way:
+    ``S (g + 1) / g`` per direction at ``nvlsEfficiency`` of the ring's NVLink bandwidth
+    [NCCL-TUNING]. On 8 GPUs that is ``2 (g-1)/(g+1) = 1.56`` ring bus bandwidths before the
+    efficiency, where NCCL's own estimate takes 2 (all_reduce "pipelines two operations").
+    Across domains (NVLS Tree) the reduced shards go up and down a double binary tree over each
+    GPU's NIC, as the Tree's do (:func:`_tree_seconds_per_byte`), and the tiers overlap. Latency:
+    NCCL's NVLS / NVLS Tree hops, scaled by the catalog latencies like the other algorithms.
+    Inside one domain the three-stage chunk pipeline's fill and drain stretch mid-size calls
+    (:func:`~costmodel.comm.nccl_tuning.nvls_pipeline_factor`). NVLS Tree takes the tree's
+    medium-size correction instead, which NCCL applies to it on Blackwell x86 hosts only: its
+    tree pipeline fills the same way on every platform.
+    """
+    platform = links.platform
+    if not platform.nvls or g < 2 or platform.arch not in NVLS_EFFICIENCY:
+        return {}
+    nvls_bytes_per_s = NVLS_EFFICIENCY[platform.arch] * links.up_ring_bytes_per_s
+    switch_seconds_per_byte = (g + 1) / g / nvls_bytes_per_s
+    if k == 1:
+        latency = scaled_hop_latency_s("nvlink", "nvls", "Simple", links.up_latency_s)
+        fill = nvls_pipeline_factor(message_bytes, platform, g)
+        return {"nvls/Simple": latency + switch_seconds_per_byte * message_bytes * fill}
+    levels = int(math.floor(math.log2(k)))  # NCCL's log2i
+    latency = scaled_hop_latency_s("nvlink", "nvls_tree", "Simple", links.up_latency_s) \
+        + 2 * levels * scaled_hop_latency_s("net", "nvls_tree", "Simple", links.out_latency_s)
+    tree_sends_per_domain = 1.0 if k == 2 else 2.0
+    seconds_per_byte = max(switch_seconds_per_byte, tree_sends_per_domain / g / links.out_ring_bytes_per_s)
+    return {"nvls_tree/Simple": latency + seconds_per_byte * message_bytes / tree_correction("Simple", message_bytes, "nvls_tree")}
+
+
 def _fastest(candidates: dict[str, Bytes]) -> Bytes:
     """The cheapest candidate per message size, as NCCL's tuner runs it (``topoGetAlgoInfo``) [NCCL-TUNING]."""
     return np.minimum.reduce(list(candidates.values()))
@@ -237,7 +273,8 @@ def candidate_seconds(op: str, message_bytes: Bytes, g: int, k: int, links: Link
         tree_seconds_per_byte = _tree_seconds_per_byte(g, k, links)
     if op != "all_reduce":
         return ring
-    return ring | _tree_candidates(message_bytes, n if k == 1 else g, k, tree_seconds_per_byte, links)
+    return ring | _tree_candidates(message_bytes, n if k == 1 else g, k, tree_seconds_per_byte, links) \
+        | _nvls_candidates(message_bytes, n if k == 1 else g, k, links)
 
 
 def single_domain_seconds(op: str, message_bytes: Bytes, n: Bytes | int, links: LinkFigures) -> Bytes:

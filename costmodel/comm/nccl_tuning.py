@@ -24,9 +24,14 @@ __all__ = [
     "DEFAULT_PLATFORM",
     "HOP_LATENCY_US",
     "PROTOCOLS",
+    "NVLS_CHANNELS_ONE_NODE",
+    "NVLS_EFFICIENCY",
+    "NVLS_HOP_LATENCY_US",
+    "NVLS_PIPELINE_STAGES",
     "NcclPlatform",
     "channel_fraction",
     "net_overhead_s",
+    "nvls_pipeline_factor",
     "platform_for",
     "protocol_bus_bandwidth",
     "ring_plateau_factor",
@@ -50,6 +55,22 @@ HOP_LATENCY_US: Final[dict[str, dict[str, tuple[float, float, float]]]] = {
     "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)},
     "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)},
 }
+
+# NVLS (NVLink SHARP) and NVLS Tree, Simple only: baseLatencies 0; hwLatencies NVLink NVLS 25, NVLSTree 25;
+# NET NVLS 18, NVLSTree 20.9 (us) [NCCL-TUNING]. NVLS latency is one intra hop (+ one net hop with CollNet),
+# NVLS Tree's ``intraLat + 2 * log2i(nNodes) * interLat``.
+NVLS_HOP_LATENCY_US: Final = {"nvlink": {"nvls": 25.0, "nvls_tree": 25.0}, "net": {"nvls": 18.0, "nvls_tree": 20.9}}
+# nvlsEfficiency: the share of the NVLink bandwidth an NVLS reduction through the switch reaches,
+# Hopper 0.85, Blackwell 0.74 (Volta/Ampere have no NVLS) [NCCL-TUNING].
+NVLS_EFFICIENCY: Final = {"hopper": 0.85, "blackwell": 0.74}
+# NVLS channels: 16 on sm90, 24 on one sm100 node (NVLS_NCHANNELS_SM90 / _SM100_NVL, src/transport/nvls.cc);
+# chunk 128 KiB (NCCL_NVLS_CHUNKSIZE), cut to 64 / 32 / 16 KiB below 64 / 8 / 2 x (channels x heads x
+# chunk) bytes (calcCollChunking, src/enqueue.cc) [NCCL-TUNING]. One-node NVLS all_reduce runs three
+# warp groups in a pipeline, scatter -> NVLS reduce + multicast -> gather (src/device/all_reduce.h).
+NVLS_CHANNELS_ONE_NODE: Final = {"hopper": 16, "blackwell": 24}
+NVLS_CHUNK_BYTES: Final = 128 * 1024
+NVLS_CHUNK_STEPS: Final = ((64, 64 * 1024), (8, 32 * 1024), (2, 16 * 1024))
+NVLS_PIPELINE_STAGES: Final = 3
 
 # getNetOverhead (us): a multi-node ring step costs at least this, 3x with Simple [NCCL-TUNING].
 NET_OVERHEAD_US: Final = {"intel": 1.0, "amd": 2.0, "arm": 1.0}
@@ -76,12 +97,14 @@ PER_CHANNEL_TREE_GBPS: Final = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23
 PER_CHANNEL_TREE_LL128_GBPS: Final = {"volta": (20.0,) * 3, "ampere": (20.0,) * 3, "hopper": (36.7, 36.7, 29.0),
                                       "blackwell": (55.6, 31.67, 20.0)}
 
-# treeCorrectionFactor per protocol, index log2(bytes / 64) for 64 B .. 256 MB; 1 beyond [NCCL-TUNING].
+# treeCorrectionFactor per protocol, index log2i(bytes / 64), 64 B .. 512 MB; 1 beyond. Tree all_reduce
+# reads the first 23 entries (to 256 MB), NVLS Tree all 24 (``ncclTopoGetAlgoTime``) [NCCL-TUNING].
 TREE_CORRECTION: Final[dict[str, tuple[float, ...]]] = {
-    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
-    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
-    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
 }
+TREE_CORRECTION_ENTRIES: Final = {"tree": 23, "nvls_tree": 24}
 
 # "Plateau effect of ring": multi-node Ring/Simple all_reduce latency x1.4 on sm80+, x1.9 before,
 # once each rank's share of a channel is >= 64 B [NCCL-TUNING].
@@ -101,7 +124,8 @@ class NcclPlatform:
     ``arch`` is the compute-capability class (``ampere`` also stands for sm < 90 after Volta),
     ``scale_up`` the intra-node hop kind (``nvlink`` or ``pci``), ``cpu`` the host CPU vendor, and
     ``channels_one_node`` / ``channels_nodes`` NCCL's collective channels inside one node and
-    across nodes.
+    across nodes, ``nvls`` whether the NVLink switch does multicast reductions (NVLink SHARP: an
+    NVSwitch of the third generation or later with Hopper or later GPUs).
     """
 
     arch: str
@@ -109,6 +133,7 @@ class NcclPlatform:
     cpu: str
     channels_one_node: int
     channels_nodes: int
+    nvls: bool = False
 
     @property
     def ll128(self) -> bool:
@@ -122,6 +147,10 @@ class NcclPlatform:
 # "16 coll channels", github.com/NVIDIA/nccl/issues/892; PCIe nodes likely run fewer). The count only
 # matters below ~1 MiB (fewer channels launched) and for the LL128 / Tree per-channel caps.
 _NVSWITCH_CHANNELS: Final = {"channels_one_node": 24, "channels_nodes": 16}
+# NVLS: NVLink SHARP needs NVLink4 and third-generation NVSwitch (Hopper and later) [NCCL-ENV] (h&f 3c);
+# HGX H100 / H200 / B200 / B300 baseboards and the GB200 / GB300 NVL72 racks have it; PCIe cards do not,
+# nor (UNVERIFIED: no NVSwitch assumed) the catalog's quad-GH200 node, whose 4 GPUs are linked directly.
+_NVLS: Final = {"nvls": True}
 # Host CPUs: DGX A100 2x AMD EPYC 7742; DGX H100/H200/B200 2x Intel Xeon Platinum 8480C / 8570
 # (NVIDIA DGX user guides); GH200 / GB200 / GB300 Grace (Arm). Compute capabilities: A100 8.0,
 # L40S 8.9, H100/H200/GH200 9.0, B200/GB200 10.0, B300/GB300 10.3 (NVIDIA CUDA GPU list).
@@ -129,15 +158,15 @@ _PLATFORMS: Final[dict[str, NcclPlatform]] = {
     "a100-sxm4-40gb": NcclPlatform(arch="ampere", scale_up="nvlink", cpu="amd", **_NVSWITCH_CHANNELS),
     "a100-sxm4-80gb": NcclPlatform(arch="ampere", scale_up="nvlink", cpu="amd", **_NVSWITCH_CHANNELS),
     "a100-pcie-80gb": NcclPlatform(arch="ampere", scale_up="pci", cpu="intel", **_NVSWITCH_CHANNELS),
-    "h100-sxm5-80gb": NcclPlatform(arch="hopper", scale_up="nvlink", cpu="intel", **_NVSWITCH_CHANNELS),
+    "h100-sxm5-80gb": NcclPlatform(arch="hopper", scale_up="nvlink", cpu="intel", **_NVSWITCH_CHANNELS, **_NVLS),
     "h100-pcie-80gb": NcclPlatform(arch="hopper", scale_up="pci", cpu="intel", **_NVSWITCH_CHANNELS),
-    "h200-sxm-141gb": NcclPlatform(arch="hopper", scale_up="nvlink", cpu="intel", **_NVSWITCH_CHANNELS),
+    "h200-sxm-141gb": NcclPlatform(arch="hopper", scale_up="nvlink", cpu="intel", **_NVSWITCH_CHANNELS, **_NVLS),
     "gh200-96gb": NcclPlatform(arch="hopper", scale_up="nvlink", cpu="arm", **_NVSWITCH_CHANNELS),
     "gh200-144gb": NcclPlatform(arch="hopper", scale_up="nvlink", cpu="arm", **_NVSWITCH_CHANNELS),
-    "b200": NcclPlatform(arch="blackwell", scale_up="nvlink", cpu="intel", **_NVSWITCH_CHANNELS),
-    "gb200": NcclPlatform(arch="blackwell", scale_up="nvlink", cpu="arm", **_NVSWITCH_CHANNELS),
-    "b300": NcclPlatform(arch="blackwell", scale_up="nvlink", cpu="intel", **_NVSWITCH_CHANNELS),
-    "gb300": NcclPlatform(arch="blackwell", scale_up="nvlink", cpu="arm", **_NVSWITCH_CHANNELS),
+    "b200": NcclPlatform(arch="blackwell", scale_up="nvlink", cpu="intel", **_NVSWITCH_CHANNELS, **_NVLS),
+    "gb200": NcclPlatform(arch="blackwell", scale_up="nvlink", cpu="arm", **_NVSWITCH_CHANNELS, **_NVLS),
+    "b300": NcclPlatform(arch="blackwell", scale_up="nvlink", cpu="intel", **_NVSWITCH_CHANNELS, **_NVLS),
+    "gb300": NcclPlatform(arch="blackwell", scale_up="nvlink", cpu="arm", **_NVSWITCH_CHANNELS, **_NVLS),
     "l40s": NcclPlatform(arch="ampere", scale_up="pci", cpu="intel", **_NVSWITCH_CHANNELS),
 }
 # Every other GPU (MI300X .. MI355X run RCCL, whose tuner differs): UNVERIFIED, NCCL's A100 figures.
@@ -158,10 +187,12 @@ def scaled_hop_latency_s(tier: str, algo: str, proto: str, catalog_hop_s: float)
     """One step's latency: the catalog's Ring/Simple hop of ``tier`` scaled by NCCL's ratio for ``algo``/``proto``.
 
     The catalog holds one measured per-hop latency per tier (Ring, Simple); NCCL's hwLatencies
-    say how the other algorithms and protocols compare with it on the same hardware.
+    say how the other algorithms and protocols compare with it on the same hardware. ``algo``
+    ``nvls`` / ``nvls_tree`` (Simple only) read :data:`NVLS_HOP_LATENCY_US`.
     """
     table = HOP_LATENCY_US[tier]
-    return catalog_hop_s * table[algo][PROTOCOLS.index(proto)] / table["ring"][2]
+    hop = NVLS_HOP_LATENCY_US[tier][algo] if algo in ("nvls", "nvls_tree") else table[algo][PROTOCOLS.index(proto)]
+    return catalog_hop_s * hop / table["ring"][2]
 
 
 def net_overhead_s(platform: NcclPlatform, proto: str) -> float:
@@ -201,12 +232,14 @@ def protocol_bus_bandwidth(algo: str, proto: str, simple_bus_bytes_per_s: float,
     raise ValueError(f"The 'algo' parameter must be 'ring' or 'tree'. Got {algo!r} instead.")
 
 
-_TREE_CORRECTION_TABLES: Final = {proto: np.asarray(table + (1.0,)) for proto, table in TREE_CORRECTION.items()}
+_TREE_CORRECTION_TABLES: Final = {(algo, proto): np.asarray(table[:entries] + (1.0,))
+                                   for proto, table in TREE_CORRECTION.items()
+                                   for algo, entries in TREE_CORRECTION_ENTRIES.items()}
 
 
-def tree_correction(proto: str, message_bytes: Bytes) -> Bytes:
-    """NCCL's static bandwidth correction of a tree all_reduce (1 outside its 64 B .. 256 MB table)."""
-    table = _TREE_CORRECTION_TABLES[proto]
+def tree_correction(proto: str, message_bytes: Bytes, algo: str = "tree") -> Bytes:
+    """NCCL's static bandwidth correction of a ``tree`` / ``nvls_tree`` all_reduce (1 beyond its table)."""
+    table = _TREE_CORRECTION_TABLES[(algo, proto)]
     log_size = np.floor(np.log2(np.maximum(message_bytes, 64.0) / 64.0))
     return table[np.minimum(log_size, len(table) - 1).astype(np.int64)]
 
@@ -228,3 +261,19 @@ def channel_fraction(proto: str, algo: str, message_bytes: Bytes, n: Bytes | int
     full = platform.channels_one_node if num_domains <= 1 else platform.channels_nodes
     per_channel = THREADS_PER_CHANNEL[proto] * BYTES_PER_THREAD[proto] * (n if (algo, proto) == ("ring", "LL") else 1)
     return np.minimum(np.maximum(np.floor(message_bytes / per_channel), 1.0), full) / full
+
+
+def nvls_pipeline_factor(message_bytes: Bytes, platform: NcclPlatform, heads: int) -> Bytes:
+    """Time over the ideal of one-node NVLS: its three-stage pipeline fills and drains per channel.
+
+    Each channel moves ``heads x chunk`` bytes a loop (``heads``: the domain's GPUs, one NVLS head
+    each; UNVERIFIED, NCCL's "nHeads" log line is not in reach) through scatter, reduce and
+    gather, so ``L`` loops take ``L + stages - 1`` loop times, and a call shorter than one loop
+    still crosses all stages [NCCL-TUNING] (src/enqueue.cc, src/device/all_reduce.h).
+    """
+    ops = NVLS_CHANNELS_ONE_NODE[platform.arch] * heads
+    chunk = np.full_like(message_bytes, float(NVLS_CHUNK_BYTES))
+    for multiple, smaller in NVLS_CHUNK_STEPS:  # calcCollChunking, in its order
+        chunk = np.where((message_bytes < multiple * ops * chunk) & (chunk > smaller), smaller, chunk)
+    loops = np.maximum(message_bytes / (ops * chunk), 1.0)
+    return (loops + NVLS_PIPELINE_STAGES - 1) / loops

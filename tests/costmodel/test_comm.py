@@ -64,8 +64,8 @@ def test_inter_node_is_slower_than_intra_node_for_the_same_group_size(op):
         assert collective_seconds(op, size, ONE_PER_NODE, H100) > collective_seconds(op, size, IN_NODE, H100)
 
 
-def _ar_and_rs_ag(placement: GroupPlacement) -> tuple[float, float]:
-    ar = collective_seconds("all_reduce", GiB, placement, H100)
+def _ar_and_rs_ag(placement: GroupPlacement, algorithms: tuple[str, ...] | None = None) -> tuple[float, float]:
+    ar = collective_seconds("all_reduce", GiB, placement, H100, algorithms=algorithms)
     rs_ag = (collective_seconds("reduce_scatter", GiB, placement, H100)
              + collective_seconds("all_gather", GiB, placement, H100))
     return ar, rs_ag
@@ -73,13 +73,14 @@ def _ar_and_rs_ag(placement: GroupPlacement) -> tuple[float, float]:
 
 @pytest.mark.parametrize("placement", [IN_NODE, ACROSS, ONE_PER_NODE], ids=shape)
 def test_all_reduce_is_about_reduce_scatter_plus_all_gather(placement):
-    ar, rs_ag = _ar_and_rs_ag(placement)
+    # a ring all_reduce is a reduce-scatter then an all-gather (NVLS and trees can beat it)
+    ar, rs_ag = _ar_and_rs_ag(placement, ("ring", "tree"))
     assert ar == pytest.approx(rs_ag, rel=0.05)
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS, ids=shape)
 def test_all_reduce_never_slower_than_reduce_scatter_plus_all_gather(placement):
-    # NCCL runs the faster of ring (= RS + AG) and tree; on 2 nodes the tree can be much faster
+    # NCCL runs the fastest of ring (= RS + AG), tree and NVLS; on 2 nodes the tree can be much faster
     ar, rs_ag = _ar_and_rs_ag(placement)
     assert ar <= rs_ag
 
@@ -137,7 +138,7 @@ def test_send_recv_asks_the_predictor_for_a_pair():
 def test_golden_8x_h100_all_reduce_busbw_at_1_gib():
     # 8x H100 ring all_reduce busbw 370 GB/s: NVIDIA GTC25 S72583; maintainer "effective NVLink
     # bandwidth of 370GB/s" (github.com/NVIDIA/nccl-tests/issues/212); h&f 3c
-    seconds = collective_seconds("all_reduce", GiB, IN_NODE, H100)
+    seconds = collective_seconds("all_reduce", GiB, IN_NODE, H100, algorithms=("ring",))
     assert bus_bandwidth("all_reduce", GiB, seconds, 8) / 1e9 == pytest.approx(370, rel=0.15)
 
 
@@ -170,7 +171,7 @@ def test_send_recv_across_nodes_is_capped_per_peer():
 def test_two_node_tree_beats_the_nic_bound_ring(gpu):
     # on 2 nodes NCCL's tree busbw exceeds the NICs' limit [NCCLT-196]; at 4+ nodes the ring's NIC bound holds.
     # Not on DGX H100: its 8 NICs (380 GB/s) match its NVLink ring (370), which bounds the tree's
-    # domain phases; its measured 2-node 470 GB/s is NVLS Tree, not modelled.
+    # domain phases; its measured 2-node 470 GB/s is NVLS Tree (test_two_node_nvls_tree_...).
     nics = 8 * gpu.inter_node_bandwidth_bytes_per_s * default_calibration().net_bus_efficiency
     two = GroupPlacement.across_domains(gpus_per_node=8, num_domains=2)
     busbw = bus_bandwidth("all_reduce", 16 * GiB, collective_seconds("all_reduce", 16 * GiB, two, gpu), 16)
@@ -233,18 +234,33 @@ def test_in_node_protocol_switches_where_nccls_tuner_switches():
     ll128_to_simple = _crossover("LL128", "Simple", 8, simple)
     assert 1 * MiB < ll_to_ll128 < ll128_to_simple < 256 * MiB
     sizes = np.array([0.8 * ll_to_ll128, 1.25 * ll_to_ll128, 0.8 * ll128_to_simple, 1.25 * ll128_to_simple])
-    assert nccl_algorithm("all_reduce", sizes, IN_NODE, H100) == ["ring/LL", "ring/LL128", "ring/LL128", "ring/Simple"]
+    assert nccl_algorithm("all_reduce", sizes, IN_NODE, H100, algorithms=("ring", "tree")) \
+        == ["ring/LL", "ring/LL128", "ring/LL128", "ring/Simple"]
 
 
 def test_small_messages_run_tree_or_ll_and_large_ones_ring_simple():
+    # on A100 (no NVLink SHARP); H100 below
     from costmodel.comm.collectives import nccl_algorithm
 
     for placement in (IN_NODE, ACROSS, GroupPlacement.across_domains(8, 128)):
-        small, large = nccl_algorithm("all_reduce", np.array([4096.0, 16 * GiB]), placement, H100)
+        small, large = nccl_algorithm("all_reduce", np.array([4096.0, 16 * GiB]), placement, A100)
         assert small.startswith("tree/") or small.endswith("/LL")
         assert large == "ring/Simple" or placement.num_domains > 64  # 1024 ranks: the ring's 2046 steps lose
-    assert nccl_algorithm("all_reduce", 64e6, GroupPlacement.across_domains(8, 128), H100) == ["tree/Simple"]
-    assert nccl_algorithm("all_gather", 64e6, GroupPlacement.across_domains(8, 128), H100) == ["ring/Simple"]
+    assert nccl_algorithm("all_reduce", 64e6, GroupPlacement.across_domains(8, 128), A100) == ["tree/Simple"]
+    assert nccl_algorithm("all_gather", 64e6, GroupPlacement.across_domains(8, 128), A100) == ["ring/Simple"]
+
+
+def test_nvls_runs_large_all_reduces_only_where_the_switch_reduces():
+    from costmodel.comm.collectives import nccl_algorithm
+
+    sizes = np.array([4096.0, 16 * GiB])
+    assert nccl_algorithm("all_reduce", sizes, IN_NODE, H100)[1] == "nvls/Simple"
+    assert nccl_algorithm("all_reduce", sizes, GroupPlacement.across_domains(8, 2), H100)[1] == "nvls_tree/Simple"
+    for gpu in (A100, get_gpu("h100-pcie-80gb"), get_gpu("gh200-96gb")):  # no NVLink SHARP switch
+        assert not any(a.startswith("nvls") for a in nccl_algorithm("all_reduce", sizes, IN_NODE, gpu))
+    # one GPU per node has no NVLS group; all_gather / reduce_scatter never run NVLS here (no registration)
+    assert not any(a.startswith("nvls") for a in nccl_algorithm("all_reduce", sizes, ONE_PER_NODE, H100))
+    assert nccl_algorithm("all_gather", sizes, IN_NODE, H100)[1] == "ring/Simple"
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
@@ -322,3 +338,73 @@ def test_small_messages_run_on_fewer_channels():
     assert small == pytest.approx(np.full(3, small[0]), rel=1e-9)
     large = candidate_seconds("all_gather", np.array([64.0, 128.0]) * MiB, 8, 1, links)["ring/Simple"]
     assert large[1] - large[0] == pytest.approx(7 / 8 * 64 * MiB / links.up_ring_bytes_per_s, rel=1e-6)
+
+
+# --- NVLink SHARP (NVLS, NVLS Tree) -----------------------------------------------------------------
+@pytest.mark.parametrize(("n", "published"), [(5, 414.2), (6, 435.6), (7, 460.0), (8, 473.1)])
+def test_golden_h200_nvls_all_reduce_by_gpu_count(n, published):
+    # 8x H200, default NCCL (NVLS), 8 GiB: busbw by GPU count [MLE-NET] (h&f 3c); the model's
+    # 2 (n-1)/(n+1) x nvlsEfficiency 0.85 x the Ring bandwidth follows it (not fitted on it)
+    h200 = get_gpu("h200-sxm-141gb")
+    seconds = collective_seconds("all_reduce", 8 * GiB, GroupPlacement.single_domain(n), h200)
+    assert bus_bandwidth("all_reduce", 8 * GiB, seconds, n) / 1e9 == pytest.approx(published, rel=0.05)
+
+
+def test_nvls_moves_the_buffer_once_each_way_through_the_switch():
+    from costmodel.comm.formulas import candidate_seconds
+    from costmodel.comm.nccl_tuning import NVLS_EFFICIENCY
+
+    from costmodel.comm.nccl_tuning import nvls_pipeline_factor
+
+    links = link_figures(H100)
+    sizes = np.array([GiB, 16 * GiB])
+    t = candidate_seconds("all_reduce", sizes, 8, 1, links)["nvls/Simple"]
+    per_byte = 9 / 8 / (NVLS_EFFICIENCY["hopper"] * links.up_ring_bytes_per_s)  # S (g+1)/g each way
+    fill = nvls_pipeline_factor(sizes, links.platform, 8)
+    assert t == pytest.approx(25e-6 + per_byte * sizes * fill, rel=1e-9)  # NCCL's NVLink NVLS latency, 25 us
+
+
+def test_nvls_pipeline_fill_stretches_mid_size_calls_only():
+    from costmodel.comm.nccl_tuning import NVLS_PIPELINE_STAGES, nvls_pipeline_factor, platform_for
+
+    platform = platform_for("h100-sxm5-80gb")
+    sizes = np.array([64.0 * 1024, 8 * MiB, 64 * MiB, GiB, 16 * GiB])
+    fill = nvls_pipeline_factor(sizes, platform, 8)
+    assert fill[0] == NVLS_PIPELINE_STAGES  # shorter than one loop: it still crosses the three stages
+    assert np.all(np.diff(fill) < 0) and fill[-1] == pytest.approx(1.0, abs=0.01)
+    # 8 MiB on 16 channels x 8 heads: chunk cut to 32 KiB (below 8 x 128 x 64 KiB), 2 loops -> (2 + 2) / 2
+    assert fill[1] == pytest.approx(2.0)
+
+
+def test_two_node_nvls_tree_exceeds_the_ring_as_measured():
+    # 2 x HGX H100, 8 x 400 Gb/s, NCCL's default NVLSTree: 470 GB/s at 16 GiB [NCCLT-309]
+    two = GroupPlacement.across_domains(gpus_per_node=8, num_domains=2)
+    busbw = bus_bandwidth("all_reduce", 16 * GiB, collective_seconds("all_reduce", 16 * GiB, two, H100), 16) / 1e9
+    ring = bus_bandwidth("all_reduce", 16 * GiB,
+                         collective_seconds("all_reduce", 16 * GiB, two, H100, algorithms=("ring",)), 16) / 1e9
+    assert ring < 400 < busbw == pytest.approx(470, rel=0.15)
+
+
+def test_nvls_tree_reads_the_24th_tree_correction_entry():
+    from costmodel.comm.nccl_tuning import tree_correction
+
+    at_512_mb = np.array([2.0**29])  # log2i(S / 64) = 23: NVLS Tree reads 0.9, Tree is past its table (1.0)
+    assert tree_correction("Simple", at_512_mb, "nvls_tree")[0] == pytest.approx(0.9)
+    assert tree_correction("Simple", at_512_mb)[0] == 1.0
+
+
+@pytest.mark.parametrize("algorithms", [("ring",), ("tree",), ("ring", "tree")])
+def test_algorithms_restrict_the_candidates_like_nccl_algo(algorithms):
+    from costmodel.comm.collectives import nccl_algorithm
+
+    names = nccl_algorithm("all_reduce", SIZES, IN_NODE, H100, algorithms=algorithms)
+    assert {name.split("/")[0] for name in names} <= set(algorithms)
+    free = collective_seconds("all_reduce", SIZES, IN_NODE, H100)
+    assert np.all(collective_seconds("all_reduce", SIZES, IN_NODE, H100, algorithms=algorithms) >= free)
+
+
+@pytest.mark.parametrize("algorithms", [("rings",), (), ("nvls",)])
+def test_algorithms_outside_what_nccl_runs_are_refused(algorithms):
+    # "nvls" is a known name, but A100 has no NVLink SHARP: nothing is left to run
+    with pytest.raises(SpecError, match="algorithms"):
+        collective_seconds("all_reduce", GiB, IN_NODE, A100, algorithms=algorithms)
