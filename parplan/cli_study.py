@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from parplan._argtypes import jobs, positive_int, positive_number
+from parplan._json import dumps
 from parplan._interrupt import resumable
 
 EXIT_OK, EXIT_USAGE, EXIT_UNFINISHED = 0, 2, 1
@@ -40,6 +41,7 @@ def register(subparsers: Any) -> None:
     run.add_argument("--n-jobs", type=jobs, default=1, metavar="N", help="problems searched in parallel "
                                                                         "(-1: one per CPU; default 1)")
     run.add_argument("--claim-ttl", type=positive_number, default=None, metavar="S", help=argparse.SUPPRESS)
+    run.add_argument("--json", action="store_true", help="print only JSON: counts, elapsed_s, out_dir, results")
     run.set_defaults(func=cmd_run)
 
     worker = sub.add_parser("worker", help="claim and search problems of a study from a shared database",
@@ -57,13 +59,28 @@ def register(subparsers: Any) -> None:
                         help="seconds between looks when other workers hold every problem left (default 5)")
     worker.add_argument("--max-problems", type=positive_int, default=None, metavar="N",
                         help="stop after searching N problems")
+    worker.add_argument("--json", action="store_true", help="print only JSON: searched, left, problems")
     worker.set_defaults(func=cmd_worker)
 
     report = sub.add_parser("report", help="tables, Markdown and plots of a study's output folder",
                             description="Write DIR/report/: results.csv, results.json (one row per problem), "
                                         "report.md and PNG plots.")
     report.add_argument("out_dir", metavar="DIR")
+    report.add_argument("--json", action="store_true", help="print only JSON: the files written")
     report.set_defaults(func=cmd_report)
+
+    export = sub.add_parser("export", help="copy a study's trials into an Optuna database (optuna-dashboard)",
+                            description="Write every problem's trials as an ordinary Optuna study (named by the "
+                                        "problem key) into --storage, which optuna-dashboard and the optuna CLI "
+                                        "open: `optuna-dashboard sqlite:///trials.db`. Infeasible trials keep their "
+                                        "constraint, so the dashboard shows them as infeasible.")
+    export.add_argument("out_dir", metavar="DIR", help="a study output folder (from `parplan study run`)")
+    export.add_argument("--storage", metavar="URL", required=True,
+                        help="the Optuna database to write, e.g. sqlite:///trials.db (not the study's own)")
+    export.add_argument("--from", dest="source", metavar="URL", default=None,
+                        help="the study's database (default: the one its last run used)")
+    export.add_argument("--json", action="store_true", help="print only JSON: exported, without_trials, storage")
+    export.set_defaults(func=cmd_export)
 
 
 def _out_dir(args: argparse.Namespace, spec: Any) -> Path:
@@ -88,6 +105,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = _out_dir(args, spec)
     summary = run_study(spec, out, storage=args.storage, n_jobs=args.n_jobs,
                         ttl_s=DEFAULT_TTL_S if args.claim_ttl is None else args.claim_ttl)
+    if args.json:
+        from studies.store import redact
+
+        print(dumps({"out_dir": str(summary.out_dir), "storage": redact(summary.storage), "counts": summary.counts,
+                     "done_before": summary.done_before, "searched": summary.searched,
+                     "elapsed_s": summary.elapsed_s, "results": [r.to_dict() for r in summary.results]}))
+        return EXIT_OK
     counts = ", ".join(f"{n} {status}" for status, n in sorted(summary.counts.items()))
     print(f"{len(summary.results)} problems ({counts}); {summary.done_before} already done, {summary.searched} "
           f"searched in {summary.elapsed_s:.1f} s; results in {summary.out_dir}")
@@ -110,6 +134,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     keys = [p.key for p in expand(spec)]
     left = len(keys) - len(store_for(args.storage).done_keys(keys))
+    if args.json:
+        print(dumps({"searched": searched, "left": left, "problems": len(keys)}))
+        return EXIT_OK if left == 0 else EXIT_UNFINISHED
     print(f"worker searched {searched} problem(s); {left} of {len(keys)} left")
     return EXIT_OK if left == 0 else EXIT_UNFINISHED
 
@@ -118,6 +145,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     from studies.report import write_report
 
     written = write_report(Path(args.out_dir))
+    if args.json:
+        print(dumps({"written": [str(p) for p in written]}))
+        return EXIT_OK
     for path in written:
         print(path)
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from studies.export import export_study
+    from studies.store import redact
+
+    summary = export_study(args.out_dir, args.storage, source=args.source)
+    if args.json:
+        print(dumps(summary.to_dict()))
+        return EXIT_OK
+    print(f"{len(summary.exported)} problem(s) exported as Optuna studies to {redact(summary.storage)}"
+          + (f"; {len(summary.without_trials)} without stored trials" if summary.without_trials else ""))
+    print(f"open it with: optuna-dashboard {redact(summary.storage)}")
     return EXIT_OK
