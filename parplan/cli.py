@@ -7,6 +7,7 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from costmodel.specs.errors import SpecError
@@ -134,8 +135,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+EXIT_CODES = """exit codes:
+  0    success
+  1    unfinished: a study worker left problems to other workers, or a profile run's collective sweep failed
+  2    bad input: one line on stderr names the field, the value and what is allowed
+  3    search: no strategy fits (predict reports a run that does not fit with fits: false and exit 0)
+  130  interrupted (Ctrl-C); stored trials and study results are kept, the same command resumes"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="parplan", description="Plan the parallelism of LLM training jobs.")
+    parser = _Parser(prog="parplan", description="Plan the parallelism of LLM training jobs.",
+                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"parplan {__import__('parplan').__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -168,7 +178,20 @@ def build_parser() -> argparse.ArgumentParser:
     cli_study.register(sub)
     cli_profile.register(sub)
     cli_replay.register(sub)
+
+    comp = sub.add_parser("completion", help="print a shell completion script (bash, zsh, tcsh)",
+                          description="Print the completion script of a shell, e.g. "
+                                      "`parplan completion bash > ~/.local/share/bash-completion/completions/parplan`.")
+    comp.add_argument("shell", choices=("bash", "zsh", "tcsh"))
+    comp.set_defaults(func=partial(cmd_completion, parser))
     return parser
+
+
+def cmd_completion(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    import shtab
+
+    print(shtab.complete(parser, shell=args.shell))
+    return EXIT_OK
 
 
 _format_warning = warnings.formatwarning

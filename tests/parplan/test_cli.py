@@ -185,3 +185,20 @@ def test_output_piped_into_a_reader_that_stops_early_is_not_an_error(tmp_path: P
                            capture_output=True, text=True, check=False)
     assert piped.returncode == 0 and piped.stdout.startswith("Run ")
     assert "BrokenPipeError" not in piped.stderr and "Traceback" not in piped.stderr
+
+
+def test_help_documents_the_exit_codes(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for code in ("0 ", "1 ", "2 ", "3 ", "130 "):
+        assert f"\n  {code}" in out
+
+
+@pytest.mark.parametrize("shell, marker", [("bash", "complete"), ("zsh", "#compdef parplan")])
+def test_completion_scripts_name_the_subcommands(shell: str, marker: str, capsys) -> None:
+    assert main(["completion", shell]) == 0
+    script = capsys.readouterr().out
+    assert marker in script
+    for command in ("predict", "search", "study", "validate", "replay"):
+        assert command in script
