@@ -10,10 +10,21 @@ micro-batch's tokens (``[S/TP * B, H]``); what it then communicates depends on t
   over EP (tokens, then probs), then all-gathers within the expert-TP group; the combine
   reduce-scatters within expert TP and all-to-alls back.
 - ``flex`` with DeepEP (``_DeepepManager``): one fused all-to-all over ``tp_ep`` sending a token
-  once to every rank that holds one of its experts (no duplicate per expert of one rank).
-- ``hybridep`` (flex, ``--moe-flex-dispatcher-backend hybridep``): as DeepEP inside an NVLink
-  domain; across domains a token crosses the network once per destination domain and is
-  forwarded over NVLink there.
+  once to every rank that holds one of its experts (no duplicate per expert of one rank). Across
+  NVLink domains DeepEP's normal kernels are two-tier ("Normal kernels with NVLink and RDMA
+  forwarding", github.com/deepseek-ai/DeepEP docs/legacy.md; DeepSeek-V3, arXiv 2412.19437,
+  section 3.2.2): a token crosses the network once per destination domain, to the GPU of the
+  same in-domain index, which forwards it over NVLink to the ranks there; the two tiers are
+  pipelined, so the slower one sets the time ("communications via IB and NVLink are fully
+  overlapped", ibid.).
+- ``hybridep`` (flex, ``--moe-flex-dispatcher-backend hybridep``): the same two-tier path.
+
+How many ranks and domains a token's ``top_k`` copies reach depends on the routing
+(``strategy.moe_routing``): ``uniform`` (a trained balanced router, or Megatron-Core's
+``--moe-router-force-load-balancing``, which routes on random logits) or ``round_robin``
+(NeMo Automodel's ``FakeBalancedGate``, the benchmarks' "fake balanced gate": token ``i`` to
+experts ``k*i ... k*i+k-1 mod E``, nemo_automodel/components/moe/layers.py @01926a5c), whose
+``k`` consecutive experts sit on one or two neighbouring ranks.
 
 Expert parallelism follows Megatron-Core parallel folding: the expert layers lay
 ``etp * ep * edp`` over the same ``tp * cp * dp`` ranks of a pipeline stage, expert TP innermost
@@ -46,16 +57,29 @@ DEFAULT_LOAD_IMBALANCE = 1.0
 NOTE_BALANCED = ("MoE routing assumed balanced (moe_load_imbalance: balanced); real routing can be slower: "
                  "Megatron-LM issue 6757 measures up to 1.35x on MoE forward+backward")
 
+# DeepEP's network leg runs at 0.88 of the NIC line rate. Source: github.com/deepseek-ai/DeepEP
+# docs/legacy.md, normal kernels on H800 with CX7 400 Gb/s (~50 GB/s): EP32 58 GB/s and EP64
+# 51 GB/s "bottleneck bandwidth (RDMA)", counted over every destination node of a token including
+# its own (tests/test_internode.py num_rdma_token_sent), top-4 nodes of 4 and of 8: 3/4 and 3.5/4
+# of it on the wire, 43.5 and 44.6 GB/s, i.e. 0.87 and 0.89 of the line rate. HybridEP: assumed alike.
+TWO_TIER_NETWORK_EFFICIENCY = 0.88
+NETWORK_LEG = "network_all_to_all"  # the two-tier dispatch's network leg, timed here, not as an NCCL call
+
 Collective = Callable[[str, float, GroupPlacement], float]
 
 
 @dataclass(frozen=True)
 class Transfer:
-    """One collective of a dispatch: its NCCL name, message bytes (``costmodel.comm`` convention), group."""
+    """One collective of a dispatch: its NCCL name, message bytes (``costmodel.comm`` convention), group.
+
+    ``pipelined``: it runs concurrently with the transfer before it (a two-tier dispatch forwards
+    over NVLink while the network delivers), so the pair costs the slower of the two.
+    """
 
     op: str
     message_bytes: float
     group: GroupPlacement
+    pipelined: bool = False
 
 
 # -- knobs: the strategy's value, else the framework's default ---------------------------------
@@ -139,6 +163,28 @@ def distinct_holders(num_experts: int, holders: int, top_k: int) -> float:
     return holders * (1.0 - miss)
 
 
+def round_robin_holders(num_experts: int, holders: int, top_k: int) -> float:
+    """Mean number of ``holders`` (``num_experts / holders`` consecutive experts each) that the
+    ``top_k`` consecutive experts ``k*i ... k*i+k-1 mod E`` of token ``i`` span, over a period of tokens."""
+    if holders <= 1:
+        return float(holders)
+    per = num_experts // holders
+    period = num_experts // math.gcd(top_k, num_experts)  # token i and i + period start alike
+    spans = [len({((top_k * i + j) % num_experts) // per for j in range(top_k)}) for i in range(period)]
+    return sum(spans) / period
+
+
+def routing(strategy: Strategy) -> str:
+    """Which experts a token's top-k lands on: ``strategy.moe_routing``, else ``uniform``."""
+    return strategy.moe_routing or "uniform"
+
+
+def holders_reached(model: ModelSpec, strategy: Strategy, holders: int) -> float:
+    """Expected ranks or domains (of ``holders``, each with an equal block of experts) a token reaches."""
+    rule = round_robin_holders if routing(strategy) == "round_robin" else distinct_holders
+    return rule(model.num_experts, holders, model.moe_router_topk)
+
+
 # -- placements of the folded expert groups -----------------------------------------------------
 def expert_group(kind: str, run: RunSpec, stage: int | None = None) -> GroupPlacement:
     """Placement of an expert-layer group (``etp``, ``ep``, ``tp_ep`` or ``edp``) of pipeline rank ``stage``.
@@ -174,28 +220,42 @@ def alltoall_transfers(run: RunSpec, stage: int | None = None) -> list[Transfer]
 
 
 def flex_transfers(run: RunSpec, stage: int | None = None) -> list[Transfer]:
-    """DeepEP: one all-to-all over ``tp_ep``, a token sent once to each expert-TP rank of each EP rank it reaches."""
+    """DeepEP: a token sent once to each expert-TP rank of each EP rank it reaches; two-tier across domains."""
     m, s = run.model, run.strategy
-    ranks = distinct_holders(m.num_experts, s.ep, m.moe_router_topk) * s.expert_tensor_parallel_size
-    row_bytes = m.hidden_size * BF16 + PROBS_BYTES
-    nbytes = local_tokens(s, run.seq_length) * ranks * load_factor(s) * row_bytes
-    return [Transfer("all_to_all", nbytes, expert_group("tp_ep", run, stage))]
+    g = expert_group("tp_ep", run, stage)
+    if g.crosses_nodes:
+        return two_tier_transfers(run, g)
+    ranks = holders_reached(m, s, s.ep) * s.expert_tensor_parallel_size
+    nbytes = local_tokens(s, run.seq_length) * ranks * load_factor(s) * _row_bytes(m)
+    return [Transfer("all_to_all", nbytes, g)]
+
+
+def _row_bytes(model: ModelSpec) -> float:
+    """One dispatched token: its bf16 hidden state and its fp32 routing prob."""
+    return model.hidden_size * BF16 + PROBS_BYTES
+
+
+def two_tier_transfers(run: RunSpec, g: GroupPlacement) -> list[Transfer]:
+    """A token over the network once per destination domain, then over NVLink to the ranks there.
+
+    The network leg is an all-to-all among the GPUs of one in-domain index (one per domain, one
+    NIC each); the NVLink leg forwards each arriving copy to the ranks of that domain it reaches,
+    pipelined with the network leg.
+    """
+    m, s = run.model, run.strategy
+    row = local_tokens(s, run.seq_length) * load_factor(s) * _row_bytes(m)
+    domains = holders_reached(m, s, g.num_domains)
+    across = GroupPlacement(kind="tp_ep_domains", size=g.num_domains, gpus_per_node=1, num_domains=g.num_domains,
+                            crosses_nodes=True)
+    in_domain = holders_reached(m, s, s.ep) / domains * s.expert_tensor_parallel_size
+    return [Transfer(NETWORK_LEG, row * domains, across),
+            Transfer("all_to_all", row * domains * in_domain, GroupPlacement.single_domain(g.gpus_per_node, "tp_ep"),
+                     pipelined=True)]
 
 
 def hybridep_transfers(run: RunSpec, stage: int | None = None) -> list[Transfer]:
-    """HybridEP: as DeepEP inside one domain; across domains once per destination domain, then NVLink."""
-    g = expert_group("tp_ep", run, stage)
-    if not g.crosses_nodes:
-        return flex_transfers(run, stage)
-    m, s = run.model, run.strategy
-    row = local_tokens(run.strategy, run.seq_length) * load_factor(run.strategy) * (m.hidden_size * BF16 + PROBS_BYTES)
-    domains = distinct_holders(m.num_experts, g.num_domains, m.moe_router_topk)
-    across = GroupPlacement(kind="tp_ep_domains", size=g.num_domains, gpus_per_node=1, num_domains=g.num_domains,
-                            crosses_nodes=True)
-    in_domain = distinct_holders(m.num_experts, s.ep, m.moe_router_topk) / g.num_domains \
-        * s.expert_tensor_parallel_size
-    return [Transfer("all_to_all", row * domains, across),
-            Transfer("all_to_all", row * domains * in_domain, GroupPlacement.single_domain(g.gpus_per_node, "tp_ep"))]
+    """HybridEP: DeepEP's path, two-tier across domains (``two_tier_transfers``)."""
+    return flex_transfers(run, stage)
 
 
 DISPATCH_TRANSFERS: dict[str, Callable[[RunSpec, int | None], list[Transfer]]] = {
@@ -204,7 +264,18 @@ DISPATCH_TRANSFERS: dict[str, Callable[[RunSpec, int | None], list[Transfer]]] =
     "flex": flex_transfers,
     "hybridep": hybridep_transfers,
 }
-_COMBINE_OP = {"all_gather": "reduce_scatter", "all_to_all": "all_to_all"}
+_COMBINE_OP = {"all_gather": "reduce_scatter", "all_to_all": "all_to_all", NETWORK_LEG: NETWORK_LEG}
+
+
+def network_leg_seconds(run: RunSpec, t: Transfer) -> float:
+    """The network leg of a two-tier dispatch: each GPU's copies bound for other domains over its own NIC.
+
+    Destination domains are equally likely, so ``(k - 1) / k`` of the ``k`` domains' copies leave.
+    """
+    k = t.group.num_domains
+    gpu = run.cluster.gpu
+    remote = t.message_bytes * (k - 1) / k
+    return gpu.inter_node_latency_s + remote / (gpu.inter_node_bandwidth_bytes_per_s * TWO_TIER_NETWORK_EFFICIENCY)
 
 
 def dispatch_transfers(run: RunSpec, stage: int | None = None) -> list[Transfer]:
@@ -215,8 +286,18 @@ def dispatch_transfers(run: RunSpec, stage: int | None = None) -> list[Transfer]
 def layer_comm_seconds(run: RunSpec, collective: Collective, stage: int | None = None) -> float:
     """Dispatch plus combine of one MoE layer's forward on pipeline rank ``stage`` (the backward repeats it)."""
     total = 0.0
-    for t in dispatch_transfers(run, stage):
-        total += collective(t.op, t.message_bytes, t.group) + collective(_COMBINE_OP[t.op], t.message_bytes, t.group)
+    for combine in (False, True):
+        last = 0.0
+        for t in dispatch_transfers(run, stage):
+            if t.op == NETWORK_LEG:
+                seconds = network_leg_seconds(run, t)
+            else:
+                seconds = collective(_COMBINE_OP[t.op] if combine else t.op, t.message_bytes, t.group)
+            if t.pipelined:  # runs beside the previous leg: only its excess over that leg adds
+                seconds, last = max(0.0, seconds - last), max(seconds, last)
+            else:
+                last = seconds
+            total += seconds
     return total
 
 

@@ -16,6 +16,10 @@ ZERO_STAGES = (0, 1, 2, 3)
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 # Megatron-Core --moe-token-dispatcher-type, with "hybridep" for flex + --moe-flex-dispatcher-backend hybridep.
 MOE_DISPATCHERS = ("allgather", "alltoall", "flex", "hybridep")
+# Which experts a token's top-k lands on (costmodel.llm.moe.holders_reached): "uniform", top_k distinct
+# experts at random (a trained, balanced router; Megatron-Core --moe-router-force-load-balancing draws
+# random logits); "round_robin", token i to experts k*i ... k*i+k-1 mod E (NeMo Automodel FakeBalancedGate).
+MOE_ROUTINGS = ("uniform", "round_robin")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +47,9 @@ class Strategy:
     ``tp``, as Megatron-LM defaults ``--expert-tensor-parallel-size``);
     ``moe_token_dispatcher``; ``moe_capacity_factor`` (None: drop-less; a
     factor pads every expert's input to its capacity); ``moe_load_imbalance``
-    (``"balanced"`` or the measured max/mean expert load, >= 1);
+    (``"balanced"`` or the measured max/mean expert load, >= 1); ``moe_routing``
+    (``MOE_ROUTINGS``; None: ``uniform``), which experts a token's top-k lands on, so how
+    many EP ranks and domains its copies reach;
     ``moe_shared_expert_overlap`` and ``moe_a2a_overlap``
     (``--overlap-moe-expert-parallel-comm``).
 
@@ -84,6 +90,7 @@ class Strategy:
     moe_token_dispatcher: str | None = None
     moe_capacity_factor: float | None = None
     moe_load_imbalance: str | float | None = None
+    moe_routing: str | None = None
     moe_shared_expert_overlap: bool | None = None
     moe_a2a_overlap: bool | None = None
     pipeline_layout: str | None = None
@@ -155,6 +162,8 @@ class Strategy:
             if isinstance(imbalance, str):
                 raise SpecError("strategy.moe_load_imbalance", imbalance, "balanced, or a number >= 1")
             require_number("strategy.moe_load_imbalance", imbalance, minimum=1.0, strict=False)
+        if self.moe_routing is not None:
+            require_choice("strategy.moe_routing", self.moe_routing, MOE_ROUTINGS)
         for name in ("moe_shared_expert_overlap", "moe_a2a_overlap"):
             if getattr(self, name) is not None:
                 require_bool(f"strategy.{name}", getattr(self, name))

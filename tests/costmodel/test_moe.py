@@ -65,14 +65,56 @@ def test_flex_sends_a_token_once_per_destination_rank() -> None:
     assert t.message_bytes < _bytes(moe.alltoall_transfers(run), "all_to_all")
 
 
-def test_hybridep_is_deepep_inside_one_domain_and_dedups_domains_across() -> None:
+def test_deepep_across_domains_crosses_the_network_once_per_destination_domain() -> None:
     inside = _run(ep=8, dp=64)
     assert moe.hybridep_transfers(inside) == moe.flex_transfers(inside)
     across = _run(model="deepseek-v3", num_gpus=256, ep=64, dp=256, global_batch_size=256)
-    hybrid = moe.hybridep_transfers(across)
-    assert hybrid[0].group.crosses_nodes and hybrid[0].group.gpus_per_node == 1
-    # a token crosses the network once per destination domain, fewer than its DeepEP copies
-    assert hybrid[0].message_bytes < moe.flex_transfers(across)[0].message_bytes
+    net, nvlink = moe.flex_transfers(across)
+    assert net.op == moe.NETWORK_LEG and net.group.num_domains == 8 and net.group.gpus_per_node == 1
+    assert not nvlink.group.crosses_nodes and nvlink.pipelined
+    m = across.model
+    per_rank = 4096 * moe.distinct_holders(256, 64, 8) * (m.hidden_size * 2 + 4)
+    per_domain = 4096 * moe.distinct_holders(256, 8, 8) * (m.hidden_size * 2 + 4)
+    assert net.message_bytes == pytest.approx(per_domain) and per_domain < per_rank
+    assert nvlink.message_bytes == pytest.approx(per_rank)  # every rank copy is delivered over NVLink
+    assert moe.hybridep_transfers(across) == moe.flex_transfers(across)
+
+
+def test_two_tier_legs_are_pipelined_so_the_slower_sets_the_time() -> None:
+    across = _run(model="deepseek-v3", num_gpus=256, ep=64, dp=256, global_batch_size=256,
+                  moe_token_dispatcher="flex")
+    net, _ = moe.flex_transfers(across)
+    network = moe.network_leg_seconds(across, net)
+    fast_nvlink = moe.layer_comm_seconds(across, lambda op, nbytes, g: 0.0)
+    assert fast_nvlink == pytest.approx(2 * network)  # dispatch + combine, NVLink hidden under the network
+    slow_nvlink = moe.layer_comm_seconds(across, lambda op, nbytes, g: 10 * network)
+    assert slow_nvlink == pytest.approx(2 * 10 * network)
+
+
+def test_network_leg_runs_at_deepep_s_measured_share_of_the_nic() -> None:
+    across = _run(model="deepseek-v3", num_gpus=256, ep=64, dp=256, global_batch_size=256)
+    net, _ = moe.flex_transfers(across)
+    gpu = across.cluster.gpu
+    wire = net.message_bytes * 7 / 8 / (gpu.inter_node_bandwidth_bytes_per_s * 0.88)
+    assert moe.network_leg_seconds(across, net) == pytest.approx(gpu.inter_node_latency_s + wire)
+
+
+def test_round_robin_routing_reaches_the_ranks_its_consecutive_experts_sit_on() -> None:
+    # 256 experts on 64 ranks (4 each), top-8 from a multiple of 8: always 2 ranks, 1 of 8 domains
+    assert moe.round_robin_holders(256, 64, 8) == 2
+    assert moe.round_robin_holders(256, 8, 8) == 1
+    # 12 experts on 4 ranks (3 each), top-2 from starts 0, 2, ..., 10: ranks {0}, {0,1}, {1}, {2}, {2,3}, {3}
+    assert moe.round_robin_holders(12, 4, 2) == pytest.approx(8 / 6)
+    assert moe.round_robin_holders(256, 64, 8) < moe.distinct_holders(256, 64, 8)
+
+
+def test_round_robin_routing_moves_fewer_bytes_than_uniform() -> None:
+    uniform = _run(model="deepseek-v3", num_gpus=256, ep=64, dp=256, global_batch_size=256)
+    rr = _run(model="deepseek-v3", num_gpus=256, ep=64, dp=256, global_batch_size=256, moe_routing="round_robin")
+    assert moe.flex_transfers(rr)[0].message_bytes == pytest.approx(moe.flex_transfers(uniform)[0].message_bytes
+                                                                    / moe.distinct_holders(256, 8, 8))
+    with pytest.raises(SpecError, match="strategy.moe_routing"):
+        Strategy(moe_routing="random")
 
 
 def test_dispatcher_defaults_to_the_framework_and_the_strategy_overrides_it() -> None:
