@@ -134,32 +134,49 @@ def _lookup_share(kind: str, n_ranks: int, gpus_per_node: int, world_size: int) 
 
 
 @lru_cache(maxsize=1 << 16)
-def table_rank_bytes(table: EmbeddingTable, sharding: TableSharding, world_size: int, batch_size: int,
-                     gpus_per_node: int, caching_ratio: float | None = None) -> np.ndarray:
-    """Bytes ``table`` puts on each rank: array (world_size, len(TERMS)), columns as in ``TERMS``.
+def shard_term_bytes(table: EmbeddingTable, sharding_type: str, compute_kernel: str, num_shards: int,
+                     world_size: int, batch_size: int, gpus_per_node: int,
+                     caching_ratio: float | None = None) -> np.ndarray:
+    """Bytes of each shard of ``table``, by term: array (shards, len(TERMS)), in ``rank_shards`` order.
 
-    Cached: a search evaluates the same (table, sharding) many times. Do not modify the result.
+    Independent of which ranks hold the shards, so a search that moves shards reuses it (cached; do not
+    modify the result).
     """
-    out = np.zeros((world_size, len(TERMS)))
-    shards = rank_shards(table, sharding, world_size)
-    share = _lookup_share(sharding.sharding_type, len(shards), gpus_per_node, world_size)
+    ranks = tuple(range(num_shards)) if sharding_type != "data_parallel" else ()
+    shards = rank_shards(table, TableSharding(sharding_type, ranks, compute_kernel), world_size)
+    out = np.zeros((len(shards), len(TERMS)))
+    share = _lookup_share(sharding_type, len(shards), gpus_per_node, world_size)
     lookups = batch_size * table.lookups_per_sample * share
-    samples = batch_size / world_size if sharding.sharding_type == "data_parallel" else batch_size
+    samples = batch_size / world_size if sharding_type == "data_parallel" else batch_size
     bags = samples * table.num_features
-    for shard in shards:
+    element = DTYPE_BYTES[table.dtype]
+    for row, shard in zip(out, shards):
         if shard.rows == 0:  # TorchRec: empty row-wise shards get no buffers either
             continue
-        row = out[shard.rank]
-        row[0] += shard.rows * shard.cols * DTYPE_BYTES[table.dtype] + (
-            shard.rows * (table.row_bytes - table.dim * DTYPE_BYTES[table.dtype]))  # int8 scale/bias
-        row[1] += optimizer_bytes(table, shard.rows, shard.cols)
-        if sharding.compute_kernel == "dense":
-            row[2] += shard.rows * shard.cols * DTYPE_BYTES[table.dtype]
-        row[3] += PIPELINE_INPUT_FACTOR * lookups * INDEX_BYTES
-        row[4] += bags * shard.cols * OUTPUT_BYTES
+        row[0] = shard.rows * shard.cols * element + shard.rows * (table.row_bytes - table.dim * element)
+        row[1] = optimizer_bytes(table, shard.rows, shard.cols)
+        if compute_kernel == "dense":
+            row[2] = shard.rows * shard.cols * element
+        row[3] = PIPELINE_INPUT_FACTOR * lookups * INDEX_BYTES
+        row[4] = bags * shard.cols * OUTPUT_BYTES
         if caching_ratio is not None:
-            row[5] += cache_aux_state_bytes(shard.rows, caching_ratio)
+            row[5] = cache_aux_state_bytes(shard.rows, caching_ratio)
     out.setflags(write=False)
+    return out
+
+
+def shard_ranks(sharding: TableSharding, world_size: int) -> tuple[int, ...]:
+    """The rank of each shard, in ``rank_shards`` order."""
+    return tuple(range(world_size)) if sharding.sharding_type == "data_parallel" else sharding.ranks
+
+
+def table_rank_bytes(table: EmbeddingTable, sharding: TableSharding, world_size: int, batch_size: int,
+                     gpus_per_node: int, caching_ratio: float | None = None) -> np.ndarray:
+    """Bytes ``table`` puts on each rank: array (world_size, len(TERMS)), columns as in ``TERMS``."""
+    ranks = shard_ranks(sharding, world_size)
+    out = np.zeros((world_size, len(TERMS)))
+    np.add.at(out, list(ranks), shard_term_bytes(table, sharding.sharding_type, sharding.compute_kernel, len(ranks),
+                                                 world_size, batch_size, gpus_per_node, caching_ratio))
     return out
 
 
@@ -240,9 +257,13 @@ def sparse_rank_bytes(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan,
     """Sum of :func:`table_rank_bytes` over the tables: array (world_size, len(TERMS))."""
     world = plan.world_size
     total = np.zeros((world, len(TERMS)))
+    shardings = plan.as_dict()
     for table in spec.tables:
-        total += table_rank_bytes(table, plan[table.name], world, spec.batch_size, cluster.gpus_per_node,
-                                  caching_ratio)
+        sharding = shardings[table.name]
+        ranks = shard_ranks(sharding, world)
+        np.add.at(total, list(ranks), shard_term_bytes(table, sharding.sharding_type, sharding.compute_kernel,
+                                                       len(ranks), world, spec.batch_size, cluster.gpus_per_node,
+                                                       caching_ratio))
     return total
 
 
@@ -256,5 +277,5 @@ def plan_memory(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan,
 
 
 __all__ = ["INDEX_BYTES", "TERMS", "PlanMemory", "RankMemory", "Shard", "cache_aux_state_bytes", "dense_bytes",
-           "dense_params", "local_batch", "optimizer_bytes", "plan_memory", "rank_shards", "sparse_rank_bytes",
-           "table_rank_bytes"]
+           "dense_params", "local_batch", "optimizer_bytes", "plan_memory", "rank_shards", "shard_ranks",
+           "shard_term_bytes", "sparse_rank_bytes", "table_rank_bytes"]
