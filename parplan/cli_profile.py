@@ -49,6 +49,7 @@ def register(subparsers: Any) -> None:
     run.add_argument("--gpu", default=None, metavar="NAME", help="device name to record (e.g. the catalog GPU)")
     run.add_argument("--seed", type=seed, default=0)
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    run.add_argument("--json", action="store_true", help="print only JSON (and no progress)")
     run.set_defaults(func=cmd_run)
 
     fit = sub.add_parser("fit", help="fit a profile's predictors and print their held-out error",
@@ -70,6 +71,7 @@ def register(subparsers: Any) -> None:
     trace.add_argument("--out", required=True, metavar="DIR")
     trace.add_argument("--device", default=None, metavar="NAME",
                        help="device name to record (default: the trace's GPU, or cpu)")
+    trace.add_argument("--json", action="store_true", help="print only JSON")
     trace.set_defaults(func=cmd_import_trace)
 
 
@@ -86,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = SamplerConfig(out=Path(args.out), device=args.device, ops=ops,
                            budget_s=args.budget_seconds, dtype=args.dtype, runs=tuple(runs), threads=args.threads,
                            num_procs=args.num_procs, device_name=args.gpu, seed=args.seed,
-                           progress=None if args.quiet else sys.stderr)
+                           progress=None if args.quiet or args.json else sys.stderr)
     try:
         report = run_profile(config)
     except KeyboardInterrupt:
@@ -96,6 +98,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130
     profile = report.profile
     label = profile.name if profile is not None else args.out
+    comm_failed = report.comm is not None and bool(report.comm.error)
+    if args.json:
+        print(dumps({"profile": str(label), "out": str(args.out), "elapsed_s": report.elapsed_s,
+                     "budget_s": args.budget_seconds, "measured": dict(report.measured), "resumed": report.resumed,
+                     "skipped": {"too_slow": report.too_slow, "too_large": report.too_large, "cut": report.cut},
+                     "targeted": report.targeted, "targeted_measured": report.targeted_measured,
+                     "not_targeted": dict(report.not_targeted), "failed": dict(report.failed),
+                     "comm_error": report.comm.error if comm_failed else None}))
+        return EXIT_FAILED if comm_failed else EXIT_OK
     print(f"profile {label}: {sum(report.measured.values())} operators measured in {report.elapsed_s:.1f} s "
           f"(budget {args.budget_seconds:g} s)")
     for stream, count in sorted(report.measured.items()):
@@ -150,6 +161,11 @@ def cmd_import_trace(args: argparse.Namespace) -> int:
     from costmodel.profiling.trace import import_trace
 
     result = import_trace(args.trace, args.out, args.device)
+    if args.json:
+        print(dumps({"trace": str(args.trace), "out": str(args.out), "mode": result.mode, "events": result.events,
+                     "samples": dict(result.samples), "instances": dict(result.instances),
+                     "unsupported": dict(result.unsupported), "unknown": dict(result.unknown)}))
+        return EXIT_OK
     print(f"trace {Path(args.trace).name} ({result.mode}): {result.events} events -> "
           f"{sum(result.samples.values())} samples from {sum(result.instances.values())} events in {args.out}")
     for table, count in sorted(result.samples.items()):

@@ -163,3 +163,15 @@ def test_cuda_without_a_gpu_is_a_one_line_error(tmp_path):
     with pytest.raises(SpecError, match="'device' parameter") as info:
         run_profile(SamplerConfig(out=tmp_path / "p", device="cuda", ops=("gemm",), budget_s=5))
     assert "\n" not in str(info.value)
+
+
+def test_cli_run_json_is_silent_on_stderr(tmp_path, cli, capsys):
+    import json
+
+    out = str(tmp_path / "p")
+    assert cli(["profile", "run", "--device", "cpu", "--ops", "gemm", "--budget-seconds", "5", "--out", out,
+                "--json"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert sum(report["measured"].values()) > 0 and report["elapsed_s"] <= 5.0 + SLACK_S
+    assert report["comm_error"] is None and "parplan profile:" not in captured.err

@@ -144,3 +144,11 @@ def test_cpu_trace_recorded_here_is_imported(tmp_path):
     assert {("norm", "fwd"), ("norm", "bwd"), ("activation", "fwd"), ("activation", "bwd")} <= kinds
     assert np.all(profile_.tables["gemm_bf16"]["latency_s"] > 0)
     assert sum(result.unknown.values()) > 0  # e.g. aten::fill_ of the loss gradient: counted, not placed
+
+
+def test_cli_import_trace_json(gpu_trace, tmp_path, cli, capsys):
+    import json
+
+    assert cli(["profile", "import-trace", str(gpu_trace), "--out", str(tmp_path / "p"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert sum(out["samples"].values()) == 4 and out["unknown"] == {"my_custom_fused_kernel": 1}
