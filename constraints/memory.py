@@ -50,7 +50,9 @@ Other (peak-time buffers): fp32 + 16-bit logits on the last stage (6 bytes x b x
     (``fsdp_prefetch_layers``), or the whole stage when FSDP keeps parameters unsharded
     between forward and backward (``fsdp_reshard_after_forward``: torchtitan ``not_pp``,
     NeMo Automodel ``never``),
-    MoE dispatch/combine buffers, one layer's working set during full-recompute backward.
+    MoE dispatch/combine tokens and DeepEP's fixed buffers (``constraints.moe_buffers``, sized by the
+    capacity factor or the drop-less load imbalance), Transformer Engine's TP-overlap userbuffers
+    (``constraints.workspace``), one layer's working set during full-recompute backward.
 A runtime reserve (CUDA context, NCCL buffers, fragmentation) is not part of the
 peak: it is taken from the capacity instead (``ClusterSpec.usable_memory_bytes``).
 
@@ -67,6 +69,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from constraints.workspace import userbuffer_bytes
+from constraints.moe_buffers import deepep_buffer_bytes, dispatch_rows_factor, dispatched_token_bytes
 from costmodel.specs.framework import BYTES, Framework
 from costmodel.specs.gpu import GiB
 from costmodel.specs.model import ModelSpec
@@ -280,10 +284,10 @@ def activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, seq_length:
     # MLP block: LN input, fc1 input, inner activations, output dropout mask.
     ffn = model.moe_ffn_hidden_size if moe else model.ffn_hidden_size
     inner = (6 if model.activation == "swiglu" else 4) * s * b * ffn / t  # type: ignore[operator]
-    tokens_factor = model.moe_router_topk if moe else 1
+    tokens_factor = model.moe_router_topk * dispatch_rows_factor(strategy) if moe else 1
     mlp = (2 * s * b * h + 2 * s * b * h) / replicated + inner * tokens_factor + drop * s * b * h / replicated
     if moe:
-        mlp += 2 * s * b * h * model.moe_router_topk / replicated  # permuted tokens kept for the expert GEMMs
+        mlp += 2 * s * b * h * tokens_factor / replicated  # permuted tokens kept for the expert GEMMs
     return attn + mlp
 
 
@@ -340,7 +344,7 @@ def deepseek_v3_saved_activation_bytes_per_layer(model: ModelSpec, strategy: Str
 
     if moe:
         ffn = model.moe_ffn_hidden_size or 0
-        ffn_part = mlp(ffn, model.moe_router_topk) + mlp(ffn, model.num_shared_experts)
+        ffn_part = mlp(ffn, model.moe_router_topk * dispatch_rows_factor(strategy)) + mlp(ffn, model.num_shared_experts)
         ffn_part += 4 * s * b * model.num_experts / replicated
     else:
         ffn_part = mlp(model.ffn_hidden_size or 0, 1)
@@ -419,7 +423,10 @@ def other_bytes(run: RunSpec, stage: int) -> float:
     if s.zero_stage == 3:
         out += zero3_gather_bytes(run, stage)
     if model.is_moe:
-        out += 2 * 2 * model.moe_router_topk * seq * b * h  # dispatch and combine buffers
+        out += dispatched_token_bytes(model, s, run.seq_length)
+        if (s.moe_token_dispatcher or run.framework.moe_token_dispatcher) in ("flex", "hybridep"):
+            out += deepep_buffer_bytes(model.hidden_size, s.ep * s.expert_tensor_parallel_size)
+    out += userbuffer_bytes(run)
     layer_sac = s.recompute == "selective" and run.framework.selective_recompute == "layer"
     if s.recompute == "full" or layer_sac:  # a checkpointed layer's forward is rebuilt in its backward
         out += activation_bytes_per_layer(model, replace(s, recompute="none"), run.seq_length, moe=model.is_moe)

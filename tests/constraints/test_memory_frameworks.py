@@ -16,6 +16,9 @@ QWEN = {"model": "qwen3-30b-a3b", "seq_length": 4096, "cluster": {"gpu": "h100-s
 DSV3 = {"model": "deepseek-v3-mtp", "seq_length": 4096, "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 2048},
         "strategy": {"tp": 1, "pp": 16, "dp": 128, "ep": 64, "micro_batch_size": 1, "global_batch_size": 15360,
                      "precision": "fp8", "recompute": "selective", "zero_stage": 1}}
+# DeepSeek-V3 as its report trains it (the public.yaml row's framework mapping, sources there)
+HAI_V3 = {"name": "hai-llm", "adam_moments_dtype": "bf16", "fp8_activation_cache": True,
+          "selective_recompute": "deepseek-v3", "pipeline_parameter_copies": 2}
 
 
 def _run(base: dict, framework: object, **strategy: object):  # type: ignore[no-untyped-def]
@@ -26,10 +29,10 @@ def _run(base: dict, framework: object, **strategy: object):  # type: ignore[no-
     ("megatron-core", (2, 12)),  # bf16 weights + fp32 master, m, v (Megatron dist_optimizer.md: 18 with fp32 grads)
     ("torchtitan", (4, 8)),  # FSDP2: the fp32 parameters are the master
     ("automodel", (2, 4)),  # bf16 parameters stepped in place, bf16 moments
-    ("hai-llm", (2, 8)),  # fp32 master, bf16 moments (DeepSeek-V3 3.3.4)
-])
-def test_state_bytes_follow_master_and_moment_dtypes(name: str, expected: tuple[int, int]) -> None:
-    assert state_bytes_per_param(get_framework(name)) == expected
+    (HAI_V3, (2, 8)),  # fp32 master, bf16 moments (DeepSeek-V3 3.3.4)
+], ids=["megatron-core", "torchtitan", "automodel", "deepseek-v3"])
+def test_state_bytes_follow_master_and_moment_dtypes(name: object, expected: tuple[int, int]) -> None:
+    assert state_bytes_per_param(resolve_framework(name)) == expected
 
 
 def test_automodel_states_are_half_of_torchtitan_for_the_same_fsdp2_run() -> None:
@@ -54,13 +57,13 @@ def test_torchtitan_keeps_its_not_pp_rule() -> None:
 
 
 def test_dualpipe_copies_double_the_model_states() -> None:
-    one = _run(DSV3, {"name": "hai-llm", "pipeline_parameter_copies": 1})
-    two = _run(DSV3, "hai-llm")
+    one = _run(DSV3, {**HAI_V3, "pipeline_parameter_copies": 1})
+    two = _run(DSV3, HAI_V3)
     assert [2 * x for x in model_state_bytes(one, 3)[:3]] == pytest.approx(list(model_state_bytes(two, 3)[:3]))
 
 
 def test_deepseek_recompute_keeps_less_than_megatron_selective_and_fp8_halves_the_linear_inputs() -> None:
-    run = _run(DSV3, "hai-llm")
+    run = _run(DSV3, HAI_V3)
     model, s = run.model, run.strategy
     bf16 = deepseek_v3_saved_activation_bytes_per_layer(model, s, 4096, moe=True)
     fp8 = deepseek_v3_saved_activation_bytes_per_layer(model, s, 4096, moe=True, fp8_cache=True)
