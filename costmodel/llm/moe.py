@@ -113,9 +113,14 @@ def shared_expert_overlap(run: RunSpec) -> bool:
 
 
 def a2a_overlap(run: RunSpec) -> bool:
-    """The all-to-all of one micro-batch runs under another's compute (``--overlap-moe-expert-parallel-comm``)."""
+    """The all-to-all of one micro-batch runs under another's compute (``--overlap-moe-expert-parallel-comm``).
+
+    DualPipe always does: it pairs a forward and a backward chunk so that each one's all-to-all
+    runs under the other's compute (arXiv 2412.19437, section 3.2.1, ``costmodel.llm.dualpipe``).
+    """
     value = run.strategy.moe_a2a_overlap
     on = run.framework.moe_a2a_overlap if value is None else value
+    on = on or (value is None and run.strategy.pipeline_schedule == "dualpipe")
     return bool(on) and dispatcher(run) != "allgather" and run.strategy.recompute != "full"
 
 

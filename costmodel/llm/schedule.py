@@ -73,9 +73,13 @@ def interleaved_one_f_one_b(forward: Sequence[float], backward: Sequence[float],
     return PipelineTime(steady_s=steady, bubble_s=bubble, p2p_s=p2p, bottleneck=k)
 
 
-SCHEDULES: dict[str, Schedule] = {"1f1b": one_f_one_b, "interleaved": interleaved_one_f_one_b}
+from costmodel.llm.dualpipe import dualpipe  # noqa: E402  (it builds on PipelineTime above)
+
+SCHEDULES: dict[str, Schedule] = {"1f1b": one_f_one_b, "interleaved": interleaved_one_f_one_b, "dualpipe": dualpipe}
 
 
-def schedule_name(pp: int, vpp: int) -> str:
-    """The schedule Megatron-LM runs for this pipeline shape."""
+def schedule_name(pp: int, vpp: int, requested: str | None = None) -> str:
+    """The schedule ``strategy.pipeline_schedule`` names, else the one Megatron-LM runs for this shape."""
+    if requested is not None:
+        return requested
     return "interleaved" if pp > 1 and vpp > 1 else "1f1b"

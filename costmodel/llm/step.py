@@ -269,7 +269,7 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
                 + layer_launch_exposed_s(run, timer, dense_layers, moe_layers)
             cache[key] = StageTimes(c, *_layer_comm(run, timer, c, layers, moe_layers, st), overhead_s=overhead)
         stages.append(cache[key])
-    name = schedule_name(s.pp, s.vpp)
+    name = schedule_name(s.pp, s.vpp, s.pipeline_schedule)
     flush: PipelineTime = SCHEDULES[name]([t.forward_s for t in stages], [t.backward_s for t in stages],
                                           m, s.vpp, _p2p_seconds(run, timer))
     # After the flush: stage i finished its last backward sum(backward of ranks < i) earlier.

@@ -20,6 +20,8 @@ MOE_DISPATCHERS = ("allgather", "alltoall", "flex", "hybridep")
 # experts at random (a trained, balanced router; Megatron-Core --moe-router-force-load-balancing draws
 # random logits); "round_robin", token i to experts k*i ... k*i+k-1 mod E (NeMo Automodel FakeBalancedGate).
 MOE_ROUTINGS = ("uniform", "round_robin")
+# costmodel.llm.schedule.SCHEDULES: Megatron-Core's 1F1B and interleaved 1F1B, DeepSeek-V3's DualPipe.
+PIPELINE_SCHEDULES = ("1f1b", "interleaved", "dualpipe")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +61,8 @@ class Strategy:
     ``first_stage_layers`` / ``last_stage_layers`` (``--decoder-first/last-pipeline-num-layers``);
     ``account_for_embedding`` / ``account_for_loss`` (``--account-for-embedding/loss-in-pipeline-split``).
     With none set, a ``pp`` that does not divide the layers takes the default first/last-stage split.
+    ``pipeline_schedule`` (``PIPELINE_SCHEDULES``; None: the one Megatron-LM runs for ``pp`` and
+    ``vpp``) names the schedule, e.g. ``dualpipe`` (DeepSeek-V3, ``costmodel.llm.dualpipe``).
 
     ``hsdp_shard_size`` (hybrid sharded data parallelism): the data-parallel ranks (of the
     ``dp * cp`` gradient-sync group) one ZeRO shard spans; the ``dp * cp / hsdp_shard_size``
@@ -94,6 +98,7 @@ class Strategy:
     moe_shared_expert_overlap: bool | None = None
     moe_a2a_overlap: bool | None = None
     pipeline_layout: str | None = None
+    pipeline_schedule: str | None = None
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
     account_for_embedding: bool = False
@@ -162,6 +167,8 @@ class Strategy:
             if isinstance(imbalance, str):
                 raise SpecError("strategy.moe_load_imbalance", imbalance, "balanced, or a number >= 1")
             require_number("strategy.moe_load_imbalance", imbalance, minimum=1.0, strict=False)
+        if self.pipeline_schedule is not None:
+            require_choice("strategy.pipeline_schedule", self.pipeline_schedule, PIPELINE_SCHEDULES)
         if self.moe_routing is not None:
             require_choice("strategy.moe_routing", self.moe_routing, MOE_ROUTINGS)
         for name in ("moe_shared_expert_overlap", "moe_a2a_overlap"):
