@@ -1,0 +1,209 @@
+"""CPU miniatures of sharded embedding training: real ``torch.distributed`` (gloo) all-to-alls and EmbeddingBags.
+
+``measure_plans`` starts ``world`` gloo processes on this machine and times one training step of the
+embedding part for each plan, round-robin over the plans so that load drift on a shared machine hits
+them alike. A step does what TorchRec's sharded EmbeddingBagCollection does (torchrec/distributed:
+``KJTAllToAll`` input distribution, local ``EmbeddingBag`` lookups, ``PooledEmbeddingsAllToAll``
+output distribution, and the reverse all-to-all of the gradients in the backward):
+
+1. input distribution: lengths, then ids, to the ranks that hold each table's shards (row-wise: only
+   the ids of that rank's rows, so the exchange carries what TorchRec's bucketised one carries);
+2. lookups: ``torch.nn.EmbeddingBag(mode="sum", sparse=True)`` over the global batch's ids per shard;
+3. output distribution: each source rank's slice of the pooled output back to it (row-wise partial
+   sums arrive one per shard: the bytes a reduce-scatter moves, the add left out);
+4. backward: the gradient (a fixed random projection, the stand-in for the dense part) all-to-all'd
+   back, ``backward`` through the lookups and a sparse SGD update; data-parallel tables look up the
+   local batch and all-reduce their dense gradient.
+
+The dense MLPs are left out: they are the same for every plan and would only add a constant.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MiniTable:
+    """A table of a miniature: ``pooling`` ids per bag (fixed), ids drawn uniform or Zipf(``zipf``)."""
+
+    name: str
+    rows: int
+    dim: int
+    pooling: int
+    zipf: float = 0.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _draw(table: MiniTable, count: int, rng: np.random.Generator) -> np.ndarray:
+    if table.zipf <= 0:
+        return rng.integers(0, table.rows, size=count)
+    ranks = np.arange(1, table.rows + 1, dtype=float)
+    p = ranks ** -table.zipf
+    ids = rng.choice(table.rows, size=count, p=p / p.sum())
+    return rng.permutation(table.rows)[ids]  # hashed ids: popularity unrelated to the row number
+
+
+def _shards(table: MiniTable, kind: str, ranks: tuple[int, ...], world: int) -> list[tuple[int, int, int, int]]:
+    """(rank, first row, rows, cols) per shard, TorchRec's geometry."""
+    if kind == "table_wise":
+        return [(ranks[0], 0, table.rows, table.dim)]
+    if kind == "column_wise":
+        return [(r, 0, table.rows, table.dim // len(ranks)) for r in ranks]
+    block = -(-table.rows // len(ranks))
+    return [(r, i * block, max(0, min(block, table.rows - i * block)), table.dim) for i, r in enumerate(ranks)]
+
+
+def _worker(rank: int, world: int, port: int, tables: list[MiniTable], plans: list[dict], batch: int,
+            steps: int, warmup: int, seed: int, queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    local = batch // world
+    rng = np.random.default_rng(seed)  # the same global batch on every rank
+    ids = {t.name: torch.from_numpy(_draw(t, batch * t.pooling, rng)).reshape(batch, t.pooling) for t in tables}
+    grad_rng = torch.Generator().manual_seed(seed + 1)
+    torch.manual_seed(seed + 2 + rank)
+    mine = slice(rank * local, (rank + 1) * local)
+
+    def build(plan: dict):
+        modules, dp = {}, {}
+        for t in tables:
+            kind, ranks = plan[t.name]
+            if kind == "data_parallel":
+                dp[t.name] = torch.nn.EmbeddingBag(t.rows, t.dim, mode="sum")
+                continue
+            for index, (r, first, rows, cols) in enumerate(_shards(t, kind, ranks, world)):
+                if r == rank:
+                    modules[(t.name, index)] = (torch.nn.EmbeddingBag(max(rows, 1), cols, mode="sum", sparse=True),
+                                                first, rows)
+        return modules, dp
+
+    def step(plan: dict, modules: dict, dp: dict) -> None:
+        # 1. input distribution: per destination, for each of its shards in a fixed order, lengths then ids
+        send_len: list[list[torch.Tensor]] = [[] for _ in range(world)]
+        send_ids: list[list[torch.Tensor]] = [[] for _ in range(world)]
+        order = []  # (table, shard index, dest, first, rows, cols)
+        for t in tables:
+            kind, ranks = plan[t.name]
+            if kind == "data_parallel":
+                continue
+            block = ids[t.name][mine]
+            for index, (r, first, rows, cols) in enumerate(_shards(t, kind, ranks, world)):
+                if kind in ("row_wise", "table_row_wise"):
+                    hit = (block >= first) & (block < first + rows)
+                    send_len[r].append(hit.sum(dim=1))
+                    send_ids[r].append(block[hit] - first)
+                else:
+                    send_len[r].append(torch.full((local,), t.pooling, dtype=torch.long))
+                    send_ids[r].append(block.reshape(-1))
+                order.append((t.name, index, r, cols, kind))
+        len_in = [int(sum(x.numel() for x in send_len[d])) for d in range(world)]
+        len_buf = torch.cat([torch.cat(x) if x else torch.empty(0, dtype=torch.long) for x in send_len])
+        counts = torch.tensor(len_in)
+        recv_counts = torch.empty(world, dtype=torch.long)
+        dist.all_to_all_single(recv_counts, counts)
+        len_out_sizes = recv_counts.tolist()
+        recv_len = torch.empty(sum(len_out_sizes), dtype=torch.long)
+        dist.all_to_all_single(recv_len, len_buf, output_split_sizes=len_out_sizes, input_split_sizes=len_in)
+        id_in = [int(sum(x.numel() for x in send_ids[d])) for d in range(world)]
+        id_counts = torch.tensor(id_in)
+        recv_id_counts = torch.empty(world, dtype=torch.long)
+        dist.all_to_all_single(recv_id_counts, id_counts)
+        recv_ids = torch.empty(int(recv_id_counts.sum()), dtype=torch.long)
+        dist.all_to_all_single(recv_ids, torch.cat([torch.cat(x) if x else torch.empty(0, dtype=torch.long)
+                                                    for x in send_ids]),
+                               output_split_sizes=recv_id_counts.tolist(), input_split_sizes=id_in)
+        # 2. lookups: my shards, in the senders' order; each source sent [my shards...] for its local batch
+        my_shards = [(name, index, cols, kind) for (name, index, r, cols, kind) in order if r == rank]
+        lens_by_src = torch.split(recv_len, len_out_sizes)
+        ids_by_src = torch.split(recv_ids, recv_id_counts.tolist())
+        per_shard_lens: dict = {}
+        per_shard_ids: dict = {}
+        for src in range(world):
+            lens = torch.split(lens_by_src[src], [local] * len(my_shards)) if my_shards else []
+            offs = 0
+            for (name, index, cols, kind), length in zip(my_shards, lens):
+                n = int(length.sum())
+                per_shard_lens.setdefault((name, index), []).append(length)
+                per_shard_ids.setdefault((name, index), []).append(ids_by_src[src][offs:offs + n])
+                offs += n
+        outputs = {}
+        for (name, index, cols, kind) in my_shards:
+            module = modules[(name, index)][0]
+            lengths = torch.cat(per_shard_lens[(name, index)])
+            offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)[:-1]])
+            outputs[(name, index)] = module(torch.cat(per_shard_ids[(name, index)]), offsets)
+        # 3. output distribution: source s gets rows [s*local, (s+1)*local) of each of my outputs
+        send_out = [torch.cat([outputs[(n, i)][s * local:(s + 1) * local].reshape(-1) for (n, i, _, _) in my_shards])
+                    if my_shards else torch.empty(0) for s in range(world)]
+        out_in = [x.numel() for x in send_out]
+        want = [sum(local * cols for (_, _, r, cols, _) in order if r == d) for d in range(world)]
+        recv_out = torch.empty(sum(want))
+        dist.all_to_all_single(recv_out, torch.cat(send_out).detach(), output_split_sizes=want,
+                               input_split_sizes=out_in)
+        # 4. backward: the dense part's gradient comes back along the same path, reversed
+        grad = torch.randn(recv_out.numel(), generator=grad_rng)
+        grad_back = torch.empty(sum(out_in))
+        dist.all_to_all_single(grad_back, grad, output_split_sizes=out_in, input_split_sizes=want)
+        pieces = torch.split(grad_back, out_in)
+        grads = {key: torch.empty_like(out) for key, out in outputs.items()}
+        for s in range(world):
+            offs = 0
+            for (n, i, cols, _) in my_shards:
+                size = local * cols
+                grads[(n, i)][s * local:(s + 1) * local] = pieces[s][offs:offs + size].reshape(local, cols)
+                offs += size
+        if outputs:
+            torch.autograd.backward(list(outputs.values()), [grads[k] for k in outputs])
+        for module, _, _ in modules.values():  # sparse SGD (the fused optimizer's row update)
+            if module.weight.grad is not None:
+                module.weight.data.add_(module.weight.grad.coalesce(), alpha=-0.01)
+                module.weight.grad = None
+        for name, module in dp.items():
+            table = next(t for t in tables if t.name == name)
+            flat = ids[name][mine]
+            out = module(flat.reshape(-1), torch.arange(0, local * table.pooling, table.pooling))
+            out.backward(torch.randn(out.shape, generator=grad_rng))
+            dist.all_reduce(module.weight.grad)
+            module.weight.data.add_(module.weight.grad, alpha=-0.01)
+            module.weight.grad = None
+
+    built = [build(plan) for plan in plans]
+    times = [[] for _ in plans]
+    for iteration in range(warmup + steps):
+        for index, plan in enumerate(plans):
+            dist.barrier()
+            start = time.perf_counter()
+            step(plan, *built[index])
+            dist.barrier()
+            if iteration >= warmup:
+                times[index].append(time.perf_counter() - start)
+    if rank == 0:
+        queue.put([float(np.median(t)) for t in times])
+    dist.destroy_process_group()
+
+
+def measure_plans(tables: list[MiniTable], plans: list[dict], world: int, batch: int, steps: int = 8,
+                  warmup: int = 2, seed: int = 0) -> list[float]:
+    """Median measured step seconds of each plan (``{table: (sharding_type, ranks)}``) on ``world`` gloo ranks."""
+    import torch.multiprocessing as mp
+
+    context = mp.get_context("spawn")
+    queue = context.SimpleQueue()
+    mp.start_processes(_worker, args=(world, _free_port(), tables, plans, batch, steps, warmup, seed, queue),
+                       nprocs=world, join=True, start_method="spawn")
+    return queue.get()
