@@ -231,6 +231,10 @@ MEMORY_KERNEL_FITS: dict[tuple[str, str], MemoryKernelFit] = {
 # Which fit an op uses, by the first part of its name.
 KIND_BY_NAME = {
     "input_norm": "norm", "post_attn_norm": "norm", "final_norm": "norm",
+    # Megatron-Core's fused RoPE (Transformer Engine fused_apply_rotary_pos_emb) is one kernel
+    # reading q and k once and writing them: a streaming kernel like res_add. "rope" is the
+    # eager multi-kernel RoPE the A100 measurements timed.
+    "rope_fused": "residual",
     "rope": "rope", "attn_residual": "residual", "mlp_residual": "residual",
     "attn_dropout": "residual", "mlp_dropout": "residual",  # fused bias-dropout-add, a streaming kernel
     "mlp": "activation", "moe": "activation", "attention": "softmax",

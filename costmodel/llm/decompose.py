@@ -216,11 +216,12 @@ def shared_expert_ops(x: LayerShape, model: ModelSpec) -> list[Op]:
 
 
 def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool = False,
-              policy: str | None = None) -> list[Op]:
+              policy: str | None = None, rope_fused: bool = True) -> list[Op]:
     """Operators of one transformer layer for one micro-batch on one GPU (fwd, bwd, recompute).
 
     ``policy`` is the run's recomputation policy (``costmodel.llm.recompute.recompute_policy``);
-    None: Megatron's meaning of ``strategy.recompute``.
+    None: Megatron's meaning of ``strategy.recompute``. ``rope_fused``: the framework's
+    ``rope_fusion`` (one streaming kernel, ``rope_fused``; otherwise eager ops, ``rope``).
     """
     if policy is None:
         policy = "megatron" if strategy.recompute == "selective" else strategy.recompute
@@ -230,7 +231,7 @@ def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool =
     if model.qk_norm:  # per-head RMSNorm of queries and keys
         ops += _elementwise("qk_norm", x.tokens * (x.q_width + x.kv_width), 1, 1, 2, 1)
     if model.position_embedding == "rope":
-        ops += _elementwise("rope", _rope_elements(x, model), 1, 1, 1, 1)
+        ops += _elementwise("rope_fused" if rope_fused else "rope", _rope_elements(x, model), 1, 1, 1, 1)
     core = _attention_cores(x, model, strategy)
     ops += core
     ops += _linear("out_proj", x, n=x.hidden, k=x.o_width)
@@ -343,7 +344,8 @@ def stage_ops(run: RunSpec, stage: int) -> list[Op]:
     ops: list[Op] = []
     for layers, is_moe in ((dense, False), (moe, True)):
         if layers:
-            ops += [_scaled(op, layers) for op in layer_ops(model, s, seq, moe=is_moe, policy=policy)]
+            ops += [_scaled(op, layers) for op in layer_ops(model, s, seq, moe=is_moe, policy=policy,
+                                                             rope_fused=run.framework.rope_fusion)]
     layout = layout_of(model, s)  # the embedding, MTP layers and loss where the pipeline layout puts them
     if layout.count(stage, EMBEDDING):
         ops += embedding_ops(model, s, seq)

@@ -57,7 +57,8 @@ def kernels_per_layer(run: RunSpec, moe: bool = False) -> tuple[int, int]:
     attention is one launch); real layers launch a few more (casts, bias), so this is a
     lower bound on the issue time.
     """
-    ops = layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run))
+    ops = layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run),
+                    rope_fused=run.framework.rope_fusion)
     forward = sum(1 for op in ops if op.phase == "fwd")
     return forward, len(ops) - forward
 
@@ -74,7 +75,8 @@ def layer_launch_exposed_s(run: RunSpec, timer: OperatorTimer, dense_layers: flo
             key = ("launch_exposed", run.model, run.seq_length, run.strategy, run.framework, moe)
             hit = timer.stage_memo.get(key)
             if hit is None:
-                ops = layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run))
+                ops = layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run),
+                    rope_fused=run.framework.rope_fusion)
                 timed = timer.time_ops(ops)
                 fwd_kernels, bwd_kernels = kernels_per_layer(run, moe)
                 hit = timer.stage_memo[key] = (

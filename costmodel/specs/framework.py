@@ -102,6 +102,10 @@ class Framework:
     pipeline_parameter_copies: int = 1
     """Copies of its stage's parameters (and gradients) each pipeline rank holds: 2 under a
     bidirectional schedule such as DualPipe."""
+    rope_fusion: bool = True
+    """Whether RoPE runs as one fused kernel streaming q and k once (Megatron-Core
+    ``apply_rope_fusion``, Transformer Engine's fused RoPE) rather than as eager element-wise
+    ops (torchtitan's complex multiply)."""
     cpu_offloading_num_layers: int = 0
     """Transformer layers whose activations are offloaded to host memory between forward and
     backward (Megatron-Core ``TransformerConfig.cpu_offloading_num_layers``): trades PCIe traffic
@@ -146,7 +150,8 @@ class Framework:
         require_int(f"{where}.cpu_offloading_num_layers", self.cpu_offloading_num_layers, minimum=0)
         for name in ("tp_comm_overlap", "main_grad_follows_reduce_dtype", "separate_master_weights",
                      "distributed_optimizer", "fp8_weight_cache", "fp8_param_gather", "supports_fp16", "supports_tp_comm_overlap",
-                     "moe_shared_expert_overlap", "moe_a2a_overlap", "fp8_activation_cache"):
+                     "moe_shared_expert_overlap", "moe_a2a_overlap", "fp8_activation_cache",
+                     "rope_fusion"):
             require_bool(f"{where}.{name}", getattr(self, name))
         if not isinstance(self.cp_comm_types, tuple) or not self.cp_comm_types \
                 or not set(self.cp_comm_types) <= set(CP_EXCHANGES):

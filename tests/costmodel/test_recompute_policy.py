@@ -52,7 +52,7 @@ def test_op_policy_reruns_wk_wo_w3_and_no_attention() -> None:
     tokens = rank_tokens(run)
     h, kv, q = m.hidden_size, m.num_query_groups * m.head_dim, m.num_attention_heads * m.head_dim
     expected = 2.0 * tokens * (h * kv + q * h + h * m.ffn_hidden_size)  # wk, wo, w3
-    ops = layer_ops(m, run.strategy, run.seq_length, policy="op")
+    ops = layer_ops(m, run.strategy, run.seq_length, policy="op", rope_fused=run.framework.rope_fusion)
     gemm = sum(op.total_flops for op in ops if op.phase == "recompute" and op.family == "gemm")
     assert gemm == pytest.approx(expected)
     assert not [op for op in ops if op.phase == "recompute" and op.family.startswith("attention")]
@@ -98,3 +98,22 @@ def test_message_sizes() -> None:
     assert activation_bytes(run, 1) == rank_tokens(run) * run.model.hidden_size
     assert grad_reduce_bytes(_run(framework="megatron-core", mode=None)) == 4  # fp32 main-grad reduce
     assert grad_reduce_bytes(_run(framework="deepspeed", mode=None)) == 2  # bf16 communication_data_type
+
+
+def test_rope_follows_the_frameworks_fusion() -> None:
+    """Megatron-Core fuses RoPE into one streaming kernel; torchtitan runs it as eager ops (slower)."""
+    mcore = _run(framework="megatron-core", mode=None, recompute="none")
+    titan = _run(framework="torchtitan", mode=None, recompute="none")
+    assert mcore.framework.rope_fusion and not titan.framework.rope_fusion
+    timer = timer_for(get_gpu("a100-sxm4-80gb"))
+
+    def rope_seconds(fused: bool) -> float:
+        ops = [op for op in layer_ops(mcore.model, mcore.strategy, mcore.seq_length, policy="none", rope_fused=fused)
+               if op.name.startswith("rope")]
+        assert {op.name.split(".")[0] for op in ops} == {"rope_fused" if fused else "rope"}
+        return timer.time_ops(ops).total()
+
+    assert rope_seconds(True) < rope_seconds(False)
+    # the same strategy under each framework: the stage memo keeps the two RoPE pricings apart
+    same = replace(titan, framework=replace(titan.framework, rope_fusion=True))
+    assert predict_step(same, timer).step_time_s < predict_step(titan, timer).step_time_s
