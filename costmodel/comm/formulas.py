@@ -32,10 +32,18 @@ pair is priced ``latency + bytes / bandwidth`` and the cheapest runs, as NCCL's 
 
 Inside one NVLink domain the three protocols compete, which reproduces the small- and mid-size
 switch of nccl-tests sweeps (LL below ~4 MiB, LL128 to ~40 MiB, Simple above on 8 NVLink4 GPUs).
-Across domains only Simple is priced: there NCCL's LL / LL128 (and NVLS Tree) estimates run
-1.5-1.7x faster than every published mid-size multi-node measurement [GTC24-S62129],
-[ARX-2411.13055], AWS P6-B200 [MLE-NET], which the Simple ring and tree with NCCL's plateau and
-tree corrections match within their plotted ranges (benchmarks/collectives.py).
+Across domains only Simple is priced: there NCCL's LL / LL128 estimates run 1.5-1.7x faster
+than every published mid-size multi-node measurement [GTC24-S62129], [ARX-2411.13055], AWS
+P6-B200 [MLE-NET], which the Simple ring and tree with NCCL's plateau and tree corrections match
+within their plotted ranges (benchmarks/collectives.py).
+
+NVLink SHARP (Hopper and later behind an NVSwitch, :attr:`NcclPlatform.nvls`) adds NCCL's NVLS
+all_reduce inside a domain and NVLS Tree across domains (:func:`_nvls_candidates`): the switch
+reduces, so each GPU moves its buffer once each way, ``S (g+1)/g``, at NCCL's nvlsEfficiency of
+the ring bandwidth, instead of the ring's ``2 (g-1)/g S``. That reproduces the measured NVLS gain
+by GPU count on 8x H200 (5 GPUs 1.13x the ring, 8 GPUs 1.29x) within 3% [MLE-NET]; NCCL's own
+estimate (2x the ring bandwidth) does not. One-domain NVLS runs a three-stage chunk pipeline
+whose fill stretches mid-size calls (8 MiB: 2x); NVLS Tree takes the tree's size correction.
 
 Across domains NCCL runs one of two algorithms for all_reduce and picks the faster by its
 model [NCCL-TUNING]; all_gather and reduce_scatter always use the ring:
@@ -66,10 +74,9 @@ of multiple NICs" [NCCLT-267], [NCCLT-130]; that gives busbw ``(n-1)/(n-g) * NIC
 ``k/(k-1)`` times the NIC rate (2x on 2 nodes) as those threads state. Its latency counts one
 hop per peer (NCCL's alltoall is ``n-1`` grouped send/recv pairs).
 
-Not modelled: NVLink SHARP (NVLS / NVLS Tree, +20-30% all_reduce busbw on Hopper and later
-[MLE-NET]; its tuner estimate at 64 MB-1 GB is faster than the measured NVLS Tree), IB SHARP /
-CollNet, PAT (one GPU per node), and direct-mesh NVLink topologies (HGX-4 / Perlmutter pairs
-get 4 of 12 links [NCCLT-331]): the scale-up tier is treated as a switch.
+Not modelled: NVLS for all_gather / reduce_scatter (NCCL runs it only on registered buffers), IB
+SHARP / CollNet, PAT (one GPU per node), and direct-mesh NVLink topologies (HGX-4 / Perlmutter
+pairs get 4 of 12 links [NCCLT-331]): the scale-up tier is treated as a switch.
 """
 
 from __future__ import annotations

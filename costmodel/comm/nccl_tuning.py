@@ -2,13 +2,14 @@
 
 Every figure is NCCL's own default, read from github.com/NVIDIA/nccl at commit 5067397c (2026-06):
 ``src/graph/tuning.cc`` (``ncclTunerConstantsDefaults``, ``ncclTopoTuneModel``,
-``ncclTopoGetAlgoTime``) and ``src/enqueue.cc`` (``topoGetAlgoInfo``: the channel count of one
-call), cited as [NCCL-TUNING]. NCCL prices every enabled (algorithm, protocol) pair as
+``ncclTopoGetAlgoTime``), ``src/enqueue.cc`` (``topoGetAlgoInfo``: the channel count of one
+call; ``calcCollChunking``: chunk sizes), ``src/transport/nvls.cc`` (NVLS channels) and
+``src/device/all_reduce.h`` (the NVLS pipeline's warp groups), cited as [NCCL-TUNING]. NCCL prices every enabled (algorithm, protocol) pair as
 ``latency + bytes / bandwidth`` and runs the cheapest; :mod:`costmodel.comm.formulas` does the same
 with these figures applied to the calibrated Simple-protocol bandwidths of the links.
 
 The platform table maps catalog GPUs to the facts NCCL's tuner reads from the topology (compute
-capability, NVLink or PCIe inside the node, host CPU, channel count), each with its source.
+capability, NVLink or PCIe inside the node, host CPU, channel count, NVLink SHARP), each with its source.
 """
 
 from __future__ import annotations

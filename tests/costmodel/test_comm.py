@@ -206,6 +206,12 @@ def test_benchmark_skips_measured_part_without_the_shared_data(tmp_path):
     report = json.loads(done.stdout)
     assert report["measured"] is None and report["measured_skipped"]
     assert len({row["name"] for row in report["published"]}) >= 4
+    # the error breaks down by size band and node count, and no figure that fitted a constant is counted
+    groups = {g["group"] for g in report["published_summary"]}
+    assert {"size 1-16 MiB", "size >= 4 GiB", "nodes 1", "nodes > 16"} <= groups
+    fitted = yaml.safe_load((script.parent / "nccl_published.yaml").read_text(encoding="utf-8"))["comparisons"]
+    in_sample = {entry["name"] for entry in fitted if "calibrates" in entry}
+    assert in_sample and not any(row["counted"] for row in report["published"] if row["name"] in in_sample)
 
 
 # --- NCCL's tuning model (costmodel/comm/nccl_tuning.py): figures of src/graph/tuning.cc and
