@@ -48,7 +48,7 @@ from search.space import MAX_MEMORY_MARGIN
 from search.objective import search_timer
 from search.progress import SearchProgress
 from search.storage import check_storage_url
-from search.exporters import EXPORTERS, get_exporter
+from search.exporters import EXPORTERS, get_exporter, implied_framework, launcher_restrictions
 from search.samplers import SAMPLERS
 
 EXIT_OK, EXIT_INFEASIBLE = 0, 3
@@ -185,8 +185,12 @@ def problem_from_args(args: argparse.Namespace, num_gpus: int, run: RunSpec | No
     extra = {} if run is None else {"framework": run.framework}
     if args.framework is not None:  # beside a run spec, the flag wins as the other flags do
         extra["framework"] = get_framework(args.framework)
+    exports = [p.strip() for n in args.export for p in n.split(",")]
+    if args.framework is None and run is None and exports and implied_framework(exports):
+        extra["framework"] = get_framework(implied_framework(exports))  # --export X searches X's framework
     return SearchProblem(model=model, gpu=gpu, num_gpus=num_gpus, global_batch_size=batch, seq_length=seq,
-                         gpus_per_node=node, fixed=tuple(fixed.items()), allowed=tuple(allowed.items()),
+                         gpus_per_node=node, fixed=tuple(fixed.items()),
+                         allowed=tuple(allowed.items()) + launcher_restrictions(exports),
                          max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_ep=args.max_ep,
                          max_vpp=args.max_vpp, max_micro_batch_size=args.max_micro_batch_size,
                          memory_margin=args.memory_margin, **extra)

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
+from collections.abc import Iterable
 from pathlib import Path
 
+from costmodel.specs.catalog import get_model
+from costmodel.specs.errors import SpecError
+from costmodel.specs.model import ModelSpec
 from costmodel.specs.strategy import Strategy
 from search.space import KNOBS, SearchProblem
 
@@ -14,15 +19,37 @@ class Exporter(abc.ABC):
 
     An implementation must:
 
-    - write text its format's own parser reads (argparse flags, TOML, JSON, YAML, sbatch);
+    - write a file its launcher's own parser and validator accept as it is (tests/conformance
+      feeds each export to the real consumer): the model, sequence length, a data placeholder,
+      the environment and checkpoint format the strategy needs, micro-batch and accumulation
+      exactly as predicted;
     - express exactly the strategy fields that :meth:`carried` lists, so that
-      reading them back gives the same values (the shared conformance test
-      round-trips them), and give a note for every searched knob it cannot
-      express (:meth:`notes`), instead of dropping it silently.
+      reading them back gives the same values (the shared round-trip test),
+      and give a note for every searched knob it cannot express (:meth:`notes`);
+    - refuse (:meth:`check`, a one-line :class:`SpecError` naming the knob) a strategy
+      its launcher cannot run, instead of writing a file the launcher rejects.
     """
 
     name: str = ""
     filename: str = ""
+    framework: str = ""
+    """The ``costmodel/catalog/frameworks`` entry whose behaviour this launcher runs: ``--export``
+    alone searches that framework's space (``parplan search``)."""
+
+    def allowed(self) -> dict[str, tuple[object, ...]]:
+        """Knob values the launcher can run (``parplan search --export NAME`` searches only these)."""
+        return {}
+
+    def refusal(self, strategy: Strategy, problem: SearchProblem) -> tuple[str, object, str] | None:
+        """``(knob, value, what the launcher allows)`` when it cannot run ``strategy``; else None."""
+        return None
+
+    def check(self, strategy: Strategy, problem: SearchProblem) -> None:
+        """Raise a one-line :class:`SpecError` naming the knob when the launcher cannot run ``strategy``."""
+        why = self.refusal(strategy, problem)
+        if why is not None:
+            knob, value, allowed = why
+            raise SpecError(f"{self.name} export: {knob}", value, allowed)
 
     @abc.abstractmethod
     def render(self, strategy: Strategy, problem: SearchProblem) -> str:
@@ -42,10 +69,26 @@ class Exporter(abc.ABC):
 
     def write(self, strategy: Strategy, problem: SearchProblem, out_dir: str | Path) -> Path:
         """Write the file into ``out_dir`` (created if needed) and return its path."""
+        self.check(strategy, problem)
+        text = self.render(strategy, problem)  # rendered first: a refusal leaves nothing behind
         path = Path(out_dir) / self.filename
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.render(strategy, problem), encoding="utf-8")
+        path.write_text(text, encoding="utf-8")
         return path
+
+
+def same_architecture(model: ModelSpec, reference: ModelSpec) -> bool:
+    """Whether ``model`` has ``reference``'s architecture (name and context length aside)."""
+    return dataclasses.replace(model, name=reference.name, seq_length=reference.seq_length,
+                               max_position_embeddings=reference.max_position_embeddings) == reference
+
+
+def catalog_match(model: ModelSpec, names: Iterable[str]) -> str | None:
+    """The catalog model of ``names`` whose architecture ``model`` has (an HF config or inline copy too)."""
+    for name in names:
+        if same_architecture(model, get_model(name)):
+            return name
+    return None
 
 
 def header(problem: SearchProblem, strategy: Strategy, comment: str = "#") -> str:

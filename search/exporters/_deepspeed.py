@@ -1,4 +1,4 @@
-"""DeepSpeed JSON config: batch sizes, ZeRO stage, precision and AutoTP degree."""
+"""DeepSpeed JSON config: batch sizes, ZeRO stage, precision and AutoTP degree (DeepSpeed 0.19.8)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,24 @@ class DeepSpeedExporter(Exporter):
 
     name = "deepspeed"
     filename = "deepspeed_config.json"
+    framework = "deepspeed"
 
     def carried(self, strategy: Strategy) -> frozenset[str]:
         out = {"tp", "dp", "micro_batch_size", "global_batch_size", "zero_stage"}
-        if strategy.shard_replicas > 1 and strategy.zero_stage == 3:  # MiCS is ZeRO-3 only
-            out.add("hsdp_shard_size")
         if strategy.precision != "fp8":
             out.add("precision")
         return frozenset(out)
+
+    def allowed(self) -> dict[str, tuple[object, ...]]:
+        return {"hsdp_shard_size": (0,)}
+
+    def refusal(self, strategy: Strategy, problem: SearchProblem) -> tuple[str, object, str] | None:
+        s = strategy
+        if s.pp > 1 and s.zero_stage >= 2:  # deepspeed/runtime/pipe/engine.py (0.19.8) asserts it
+            return "zero_stage", s.zero_stage, "0 or 1 with pp > 1 (DeepSpeed's pipeline engine)"
+        if s.shard_replicas > 1:  # DeepSpeedConfig rejects zero_optimization.mics_shard_size (0.19.8)
+            return "hsdp_shard_size", s.hsdp_shard_size, "unset: DeepSpeed 0.19 removed MiCS hybrid sharding"
+        return None
 
     def render(self, strategy: Strategy, problem: SearchProblem) -> str:
         s = strategy
@@ -42,10 +52,6 @@ class DeepSpeedExporter(Exporter):
             "communication_data_type": problem.framework.grad_reduce_dtype if s.precision != "fp16" else "fp16",
             "gradient_clipping": 1.0,
         }
-        if s.shard_replicas > 1 and s.zero_stage == 3:
-            # MiCS: partition within groups of this many ranks, replicate across them
-            # (deepspeed/runtime/zero/config.py mics_shard_size)
-            config["zero_optimization"]["mics_shard_size"] = s.shard_group_size
         if s.recompute != "none":
             config["activation_checkpointing"] = {"partition_activations": s.tp > 1,
                                                   "contiguous_memory_optimization": False}

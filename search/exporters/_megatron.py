@@ -12,6 +12,14 @@ from search.space import SearchProblem
 # ZeRO stage -> Megatron-Core sharding: the distributed optimizer shards optimizer states
 # (ZeRO-1); Megatron-FSDP's --data-parallel-sharding-strategy adds gradients / parameters.
 FSDP_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+# Megatron-FSDP saves only in its own DTensor format: arguments.py validate_args asserts
+# ckpt_format == "fsdp_dtensor" with --use-megatron-fsdp (Megatron-LM @d98e8a64, lines 1169-1170).
+FSDP_CKPT_FORMAT = "fsdp_dtensor"
+DEFAULT_CKPT_FORMAT = "torch_dist"  # Megatron-LM's default --ckpt-format
+# What the data and tokenizer flags hold until the user fills them in (the sbatch export reads
+# them from $DATA_PATH and $TOKENIZER_MODEL instead).
+DATA_PLACEHOLDERS = [["--data-path", "DATA_PREFIX"], ["--tokenizer-type", "HuggingFaceTokenizer"],
+                     ["--tokenizer-model", "TOKENIZER_MODEL"]]
 # Transformer Engine recipes Megatron-LM's --fp8-recipe accepts (TransformerConfig.fp8_recipe).
 TE_FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise")
 # ZeRO stages whose HSDP Megatron-LM expresses: --num-distributed-optimizer-instances (arguments.py)
@@ -65,6 +73,43 @@ def hsdp_args(strategy: Strategy) -> list[list[str]]:
     return args
 
 
+def uses_megatron_fsdp(strategy: Strategy) -> bool:
+    """ZeRO-2/3 run on Megatron-FSDP (``--use-megatron-fsdp``); ZeRO-1 is the distributed optimizer."""
+    return strategy.zero_stage >= 2
+
+
+def launch_env(strategy: Strategy, framework: Framework | None = None) -> dict[str, str | None]:
+    """Environment variables the launch needs: a value to export, or None to unset.
+
+    Megatron-LM's validate_args (@d98e8a64, lines 1166 and 1450-1479): with tp or cp > 1 on
+    Hopper and earlier it asserts ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (one hardware queue keeps the
+    TP/CP communication kernels ahead of the GEMMs they overlap), except under Megatron-FSDP, which
+    asserts the opposite, and with the MoE all-to-all overlap, which wants more queues (a warning).
+    """
+    fw = framework or get_framework(DEFAULT_FRAMEWORK)
+    if uses_megatron_fsdp(strategy):
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": None}
+    a2a_overlap = strategy.moe_a2a_overlap if strategy.moe_a2a_overlap is not None else fw.moe_a2a_overlap
+    if (strategy.tp > 1 or strategy.cp > 1) and not a2a_overlap:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
+
+
+def gradient_accumulation_steps(strategy: Strategy) -> int:
+    """Micro-batches per data-parallel rank and step, as Megatron-LM derives them from the batch flags."""
+    return strategy.global_batch_size // (strategy.micro_batch_size * strategy.dp)
+
+
+def megatron_refusal(strategy: Strategy) -> tuple[str, object, str] | None:
+    """The first knob Megatron-LM's validate_args refuses for ``strategy`` (Megatron-LM @d98e8a64)."""
+    s = strategy
+    if s.tp_comm_overlap and not s.sequence_parallel:  # arguments.py 1178-1179
+        return "tp_comm_overlap", True, "false without sequence_parallel (Megatron-LM requires it)"
+    if s.overlap_param_gather and s.zero_stage >= 1 and not s.overlap_grad_reduce:  # arguments.py 1024-1029
+        return "overlap_param_gather", True, "false without overlap_grad_reduce (Megatron-LM requires it)"
+    return None
+
+
 def strategy_args(strategy: Strategy, model: ModelSpec, framework: Framework | None = None) -> list[list[str]]:
     """The parallelism, batch, recompute, precision and framework arguments, grouped per flag."""
     s = strategy
@@ -86,9 +131,10 @@ def strategy_args(strategy: Strategy, model: ModelSpec, framework: Framework | N
             args.append(["--recompute-num-layers", "1"])
     if s.zero_stage >= 1:
         args.append(["--use-distributed-optimizer"])
-    if s.zero_stage >= 2:
+    if uses_megatron_fsdp(s):
         args.append(["--use-megatron-fsdp"])
         args.append(["--data-parallel-sharding-strategy", FSDP_SHARDING[s.zero_stage]])
+    args.append(["--ckpt-format", FSDP_CKPT_FORMAT if uses_megatron_fsdp(s) else DEFAULT_CKPT_FORMAT])
     args += hsdp_args(s)
     if s.precision == "fp16":
         args.append(["--fp16"])
@@ -154,6 +200,26 @@ def model_args(model: ModelSpec, seq_length: int) -> list[list[str]]:
     ]
     if model.num_query_groups != model.num_attention_heads:
         args += [["--group-query-attention"], ["--num-query-groups", str(model.num_query_groups)]]
+    if model.head_dim is not None and model.head_dim * model.num_attention_heads != model.hidden_size:
+        args.append(["--kv-channels", str(model.head_dim)])
+    if model.is_mla:  # DeepSeek's multi-latent attention (TransformerConfig / MLATransformerConfig)
+        args += [["--multi-latent-attention"], ["--kv-lora-rank", str(model.kv_lora_rank)],
+                 ["--qk-head-dim", str(model.qk_nope_head_dim)], ["--qk-pos-emb-head-dim", str(model.qk_rope_head_dim)],
+                 ["--v-head-dim", str(model.v_head_dim or model.qk_nope_head_dim)]]
+        if model.q_lora_rank:
+            args.append(["--q-lora-rank", str(model.q_lora_rank)])
+    if model.qk_norm:
+        args.append(["--qk-layernorm"])
+    if model.add_qkv_bias:
+        args.append(["--add-qkv-bias"])
+    if not model.dropout:
+        args += [["--attention-dropout", "0"], ["--hidden-dropout", "0"]]
+    if model.sliding_window:  # window (left, right); every full_attention_every-th layer attends fully
+        args.append(["--window-size", f"{model.sliding_window},0"])
+        if model.full_attention_every:
+            args.append(["--window-attn-skip-freq", str(model.full_attention_every)])
+    if model.mtp_num_layers:
+        args.append(["--mtp-num-layers", str(model.mtp_num_layers)])
     if model.activation == "swiglu":
         args.append(["--swiglu"])
     if not model.tie_embeddings:
@@ -164,6 +230,12 @@ def model_args(model: ModelSpec, seq_length: int) -> list[list[str]]:
         args += [["--num-experts", str(model.num_experts)], ["--moe-router-topk", str(model.moe_router_topk)]]
         if model.moe_ffn_hidden_size != model.ffn_hidden_size:
             args.append(["--moe-ffn-hidden-size", str(model.moe_ffn_hidden_size)])
+        if model.num_shared_experts:
+            args.append(["--moe-shared-expert-intermediate-size",
+                         str(model.num_shared_experts * model.moe_ffn_hidden_size)])
+        if model.first_k_dense_layers:  # dense MLPs first (DeepSeek's first_k_dense_replace)
+            k = model.first_k_dense_layers
+            args.append(["--moe-layer-freq", f"([0]*{k}+[1]*{model.num_layers - k})"])
     return args
 
 
@@ -172,11 +244,24 @@ def megatron_argv(strategy: Strategy, problem: SearchProblem) -> list[list[str]]
     return strategy_args(strategy, problem.model, problem.framework) + model_args(problem.model, problem.seq_length)
 
 
+def env_comment(env: dict[str, str | None]) -> str:
+    """The environment a Megatron-LM launch needs, as header comment lines."""
+    return "".join(f"# Required environment: export {k}={v}\n" if v is not None else
+                   f"# Required environment: unset {k} (Megatron-FSDP refuses {k}=1)\n" for k, v in env.items())
+
+
 class MegatronExporter(Exporter):
-    """``megatron_args.txt``: pass as ``pretrain_gpt.py $(grep -v '^#' megatron_args.txt)``."""
+    """``megatron_args.txt``: pass as ``pretrain_gpt.py $(grep -v '^#' megatron_args.txt)``.
+
+    Replace ``DATA_PREFIX`` and ``TOKENIZER_MODEL``, and set the environment its header names.
+    """
 
     name = "megatron"
     filename = "megatron_args.txt"
+    framework = "megatron-core"
+
+    def refusal(self, strategy: Strategy, problem: SearchProblem) -> tuple[str, object, str] | None:
+        return megatron_refusal(strategy)
 
     def carried(self, strategy: Strategy) -> frozenset[str]:
         return frozenset({"tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size",
@@ -188,9 +273,13 @@ class MegatronExporter(Exporter):
                             else set()))
 
     def render(self, strategy: Strategy, problem: SearchProblem) -> str:
-        lines = [" ".join(group) for group in megatron_argv(strategy, problem)]
+        lines = [" ".join(group) for group in megatron_argv(strategy, problem) + DATA_PLACEHOLDERS]
         return (header(problem, strategy)
-                + f"# Launch {problem.num_gpus} ranks (dp={strategy.dp} is implied by the world size).\n"
+                + f"# Launch {problem.num_gpus} ranks (dp={strategy.dp} is implied by the world size); "
+                  f"{gradient_accumulation_steps(strategy)} micro-batches of {strategy.micro_batch_size} "
+                  f"per rank and step.\n"
+                + env_comment(launch_env(strategy, problem.framework))
+                + "# Replace DATA_PREFIX and TOKENIZER_MODEL with your data prefix and tokenizer.\n"
                 + ("# The pipeline layout holds shell glob characters: run `set -f` before expanding this file.\n"
                    if strategy.pipeline_layout is not None else "")
                 + "\n".join(lines) + "\n")

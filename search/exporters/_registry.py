@@ -24,6 +24,17 @@ def get_exporter(name: str) -> Exporter:
     return EXPORTERS[name]
 
 
+def implied_framework(names: list[str]) -> str | None:
+    """The framework every one of the ``names`` exports runs under, or None when they differ."""
+    frameworks = {get_exporter(name).framework for name in names}
+    return frameworks.pop() if len(frameworks) == 1 else None
+
+
+def launcher_restrictions(names: list[str]) -> tuple[tuple[str, tuple[object, ...]], ...]:
+    """``SearchProblem.allowed`` entries limiting the space to what every one of the ``names`` launchers runs."""
+    return tuple((knob, values) for name in names for knob, values in get_exporter(name).allowed().items())
+
+
 def export(name: str, strategy: Strategy, problem: SearchProblem, out_dir: str | Path) -> Path:
     """Write the ``name`` export of ``strategy`` into ``out_dir``; returns the file's path."""
     return get_exporter(name).write(strategy, problem, out_dir)

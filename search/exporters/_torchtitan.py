@@ -1,15 +1,37 @@
-"""torchtitan job TOML: the ``[parallelism]``, ``[training]`` and ``[activation_checkpoint]`` sections."""
+"""torchtitan launch arguments for its config manager (``--module``/``--config`` plus overrides).
+
+torchtitan 0.3 (the config system that replaced TOML files in February 2026) builds a run from a
+``config_registry`` function of a model module and applies ``--section.key value`` overrides
+(``torchtitan/config/manager.py`` ``ConfigManager.parse_args``, tyro). The export names that
+function and overrides every setting the prediction assumed.
+"""
 
 from __future__ import annotations
 
 from costmodel.specs.layout import EMBEDDING, LOSS, PipelineLayout, layout_of
+from costmodel.specs.model import ModelSpec
 from costmodel.specs.strategy import Strategy
-from search.exporters._base import Exporter, header
+from search.exporters._base import Exporter, catalog_match, header
 from search.space import SearchProblem
 
 # ZeRO stage -> torchtitan data parallelism: replicate (DDP) for 0; FSDP2 for 2 and 3, resharding
 # parameters after forward only for 3 (ZeRO-2 keeps them gathered until backward).
 RESHARD = {2: "never", 3: "always"}
+
+# Catalog model -> (module, config_registry function) of torchtitan 0.3.0
+# (torchtitan/models/{llama3,qwen3,deepseek_v3,gpt_oss}/config_registry.py).
+FLAVORS = {"llama3.1-8b": ("llama3", "llama3_8b"), "llama3.1-70b": ("llama3", "llama3_70b"),
+           "llama3.1-405b": ("llama3", "llama3_405b"), "qwen3-30b-a3b": ("qwen3", "qwen3_30b_a3b"),
+           "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b"), "gpt-oss-20b": ("gpt_oss", "gpt_oss_20b"),
+           "gpt-oss-120b": ("gpt_oss", "gpt_oss_120b")}
+# Functions whose model spec carries torchao's Float8LinearConverter (the CLI cannot add or remove
+# a converter): llama3_405b (model_registry("405B", converters=[Float8LinearConverter...])) and
+# deepseek_v3_671b_float8, torchtitan 0.3.0 config_registry.py.
+FP8_FLAVORS = {"llama3.1-405b": ("llama3", "llama3_405b"), "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b_float8")}
+FP8_BUILT_IN = {flavor for flavor in FP8_FLAVORS.values()}
+# PyTorch ring attention's default K/V exchange; torchtitan 0.3 has no setting for it
+# (context_parallel_rotate_method was removed from ParallelismConfig).
+CP_EXCHANGE = "all_gather"
 
 
 def model_parts(layout: PipelineLayout) -> list[list[str]]:
@@ -30,72 +52,117 @@ def model_parts(layout: PipelineLayout) -> list[list[str]]:
     return parts
 
 
-# parplan cp_comm_type -> torchtitan [parallelism] context_parallel_rotate_method (PyTorch ring
-# attention: "allgather" gathers all K/V shards first, "alltoall" passes them around the ring).
-ROTATE_METHOD = {"p2p": "alltoall", "all_gather": "allgather"}
+def flavor(model: ModelSpec, precision: str) -> tuple[str, str] | None:
+    """``(module, config function)`` that builds ``model`` at ``precision``, or None."""
+    name = catalog_match(model, FLAVORS)
+    if name is None:
+        return None
+    chosen = FP8_FLAVORS.get(name) if precision == "fp8" else FLAVORS[name]
+    if chosen is None or (precision != "fp8" and chosen in FP8_BUILT_IN):
+        return None
+    return chosen
+
+
+def batch_sizes(strategy: Strategy) -> tuple[int, int]:
+    """``(training.local_batch_size, parallelism.pipeline_parallel_microbatch_size)`` as predicted.
+
+    torchtitan accumulates ``global / (local * dp)`` steps and, with pp > 1, splits each local batch
+    into pipeline micro-batches (trainer.py): without pp the local batch is the micro-batch; with pp
+    the whole per-rank batch is one pipeline flush of ``global / (dp * mbs)`` micro-batches.
+    """
+    s = strategy
+    return (s.global_batch_size // s.dp if s.pp > 1 else s.micro_batch_size), s.micro_batch_size
+
 
 class TorchtitanExporter(Exporter):
-    """``torchtitan.toml``, merged into a torchtitan train config (``--job.config_file``)."""
+    """``torchtitan_args.txt``: ``torchrun ... -m torchtitan.train $(grep -v '^#' torchtitan_args.txt)``.
+
+    Replace ``HF_ASSETS`` (tokenizer) and ``DATASET_PATH``.
+    """
 
     name = "torchtitan"
-    filename = "torchtitan.toml"
+    filename = "torchtitan_args.txt"
+    framework = "torchtitan"
 
     def carried(self, strategy: Strategy) -> frozenset[str]:
         out = {"tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size", "recompute",
-               "precision"}
-        if strategy.cp_comm_type in ROTATE_METHOD:  # torchtitan has no Ulysses (a2a) context parallelism
-            out.add("cp_comm_type")
-        if strategy.zero_stage != 1:  # torchtitan has no optimizer-only sharding
-            out.add("zero_stage")
+               "precision", "zero_stage", "sequence_parallel", "tp_comm_overlap", "cp_comm_type"}
         if strategy.shard_replicas > 1 and strategy.zero_stage == 3:  # HSDP: FSDP2 on a 2-D mesh
             out.add("hsdp_shard_size")
-        if strategy.sequence_parallel == (strategy.tp > 1):  # its TP plan always shards norms (SP)
-            out.add("sequence_parallel")
         return frozenset(out)
 
-    def notes(self, strategy: Strategy) -> list[str]:
-        out = super().notes(strategy)
-        if strategy.zero_stage == 1:
-            out.append("torchtitan: zero_stage=1 has no equivalent; written as FSDP with "
-                       "fsdp_reshard_after_forward=\"never\" (ZeRO-2)")
-        if strategy.precision == "fp8":
-            out.append("torchtitan: fp8 needs torchao (model.converters = [\"float8\"])")
-        return out
+    def allowed(self) -> dict[str, tuple[object, ...]]:
+        return {"cp_comm_type": (CP_EXCHANGE,), "zero_stage": (0, 2, 3), "tp_comm_overlap": (False,)}
 
-    def render(self, strategy: Strategy, problem: SearchProblem) -> str:
+    def refusal(self, strategy: Strategy, problem: SearchProblem) -> tuple[str, object, str] | None:
         s = strategy
+        if flavor(problem.model, s.precision) is None:
+            fp8 = s.precision == "fp8"
+            names = sorted(FP8_FLAVORS if fp8 else set(FLAVORS) - {k for k, v in FLAVORS.items() if v in FP8_BUILT_IN})
+            return ("model", problem.model.name, f"one with a torchtitan 0.3 config function at precision "
+                    f"{s.precision} ({', '.join(names)})")
+        if s.zero_stage == 1:
+            return "zero_stage", 1, "0, 2 or 3 (torchtitan has no optimizer-only sharding)"
+        if s.precision == "fp16":
+            return "precision", "fp16", "bf16 or fp8 (mixed_precision_param is bfloat16 or float32)"
+        if s.cp > 1 and s.cp_comm_type != CP_EXCHANGE:
+            return "cp_comm_type", s.cp_comm_type, f"{CP_EXCHANGE} (torchtitan 0.3 has no rotate-method setting)"
+        if s.tp_comm_overlap:
+            return "tp_comm_overlap", True, "false (torchtitan's async TP is not Transformer Engine's overlap)"
+        shard = 1 if s.zero_stage == 0 else s.dp // s.shard_replicas
+        if s.ep > 1 and (shard * s.cp * s.tp) % s.ep:  # ParallelDims: dp_shard * cp * tp == efsdp * ep
+            return "ep", s.ep, (f"a divisor of dp_shard * cp * tp = {shard * s.cp * s.tp} (torchtitan's experts "
+                                "borrow FSDP and TP ranks, not replicas)")
+        if s.shard_replicas > 1 and s.zero_stage != 3:
+            return "hsdp_shard_size", s.hsdp_shard_size, "unset below ZeRO-3 (HSDP is FSDP2 on a 2-D mesh)"
+        if problem.framework.grad_reduce_dtype != "fp32":
+            return ("framework.grad_reduce_dtype", problem.framework.grad_reduce_dtype,
+                    "fp32 (training.mixed_precision_reduce accepts only float32)")
+        return None
+
+    def argv(self, strategy: Strategy, problem: SearchProblem) -> list[list[str]]:
+        """Every argument, grouped per flag (``--module``/``--config`` first, the subcommand last)."""
+        s = strategy
+        found = flavor(problem.model, s.precision)
+        assert found is not None, "check() refuses models without a torchtitan config"
+        module, config = found
         # torchtitan's dp degrees exclude cp (FSDP shards over dp_shard * cp); HSDP replicas split dp
         replicate, shard = (s.dp, 1) if s.zero_stage == 0 else (s.shard_replicas, s.dp // s.shard_replicas)
-        lines = [header(problem, s).rstrip("\n"), ""]
-        if s.precision == "fp8":
-            lines += ["[model]", 'converters = ["float8"]', ""]
-        lines += [
-            "[training]",
-            f"local_batch_size = {s.global_batch_size // s.dp}",
-            f"global_batch_size = {s.global_batch_size}",
-            f"seq_len = {problem.seq_length}",
-            f'mixed_precision_param = "{"float32" if s.precision == "fp16" else "bfloat16"}"',
-            # the reduce dtype the prediction assumed (torchtitan accepts only "float32" today)
-            f'mixed_precision_reduce = "{"float32" if problem.framework.grad_reduce_dtype == "fp32" else "bfloat16"}"',
-            "",
-            "[parallelism]",
-            f"data_parallel_replicate_degree = {replicate}",
-            f"data_parallel_shard_degree = {shard}",
-            f'fsdp_reshard_after_forward = "{RESHARD.get(s.zero_stage, "never")}"',
-            f"tensor_parallel_degree = {s.tp}",
-            f"enable_async_tensor_parallel = {str(s.tp_comm_overlap).lower()}",
-            f"pipeline_parallel_degree = {s.pp}",
-            f'pipeline_parallel_schedule = "{"Interleaved1F1B" if s.vpp > 1 else "1F1B"}"',
-            f"pipeline_parallel_microbatch_size = {s.micro_batch_size}",
-            f"context_parallel_degree = {s.cp}",
-            f'context_parallel_rotate_method = "{ROTATE_METHOD.get(s.cp_comm_type, "alltoall")}"',
-            f"expert_parallel_degree = {s.ep}",
-        ]
+        local, micro = batch_sizes(s)
+        args = [["--module", module], ["--config", config],
+                ["--hf-assets-path", "HF_ASSETS"], ["--dataloader.dataset-path", "DATASET_PATH"],
+                ["--training.seq-len", str(problem.seq_length)],
+                ["--training.local-batch-size", str(local)],
+                ["--training.global-batch-size", str(s.global_batch_size)],
+                ["--training.mixed-precision-param", "bfloat16"],
+                ["--training.mixed-precision-reduce", "float32"],
+                # parplan predicts eager kernels; torchtitan refuses CUDA graphs with pp (trainer.py)
+                ["--training.disable-cuda-graphs"],
+                ["--parallelism.data-parallel-replicate-degree", str(replicate)],
+                ["--parallelism.data-parallel-shard-degree", str(shard)],
+                ["--parallelism.fsdp-reshard-after-forward", RESHARD.get(s.zero_stage, "default")],
+                ["--parallelism.tensor-parallel-degree", str(s.tp)],
+                ["--parallelism.enable-sequence-parallel" if s.sequence_parallel
+                 else "--parallelism.no-enable-sequence-parallel"],
+                ["--compile.no-enable-async-tensor-parallel"],
+                ["--parallelism.pipeline-parallel-degree", str(s.pp)],
+                ["--parallelism.pipeline-parallel-schedule", "Interleaved1F1B" if s.vpp > 1 else "1F1B"],
+                ["--parallelism.pipeline-parallel-microbatch-size", str(micro)],
+                ["--parallelism.context-parallel-degree", str(s.cp)],
+                ["--parallelism.expert-parallel-degree", str(s.ep)]]
         if s.pp > 1:
             parts = model_parts(layout_of(problem.model, s))
-            lines.append("module_fqns_per_model_part = [" + ", ".join(
-                "[" + ", ".join(f'"{name}"' for name in part) + "]" for part in parts) + "]")
-        lines += ["", "[activation_checkpoint]", f'mode = "{s.recompute}"']
-        if s.recompute == "selective":
-            lines.append('selective_ac_option = "op"')
-        return "\n".join(lines) + "\n"
+            args.append(["--parallelism.module-fqns-per-model-part", *(",".join(part) for part in parts)])
+        args.append([f"activation-checkpoint:{s.recompute}"])  # tyro subcommand: none, selective or full
+        return args
+
+    def render(self, strategy: Strategy, problem: SearchProblem) -> str:
+        local, _ = batch_sizes(strategy)
+        accumulation = strategy.global_batch_size // (local * strategy.dp)
+        return (header(problem, strategy)
+                + f"# Launch {problem.num_gpus} ranks: torchrun ... -m torchtitan.train "
+                  f"$(grep -v '^#' {self.filename}); replace HF_ASSETS and DATASET_PATH.\n"
+                + f"# {accumulation} accumulation step(s) of {local} sequences per data-parallel rank"
+                + (f", split into pipeline micro-batches of {strategy.micro_batch_size}.\n" if strategy.pp > 1
+                   else ".\n")
+                + "\n".join(" ".join(group) for group in self.argv(strategy, problem)) + "\n")
