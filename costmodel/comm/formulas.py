@@ -92,6 +92,7 @@ from costmodel.comm.nccl_tuning import (
     BASE_LATENCY_US,
     DEFAULT_PLATFORM,
     NVLS_EFFICIENCY,
+    NVLS_MAX_HEADS,
     PROTOCOLS,
     NcclPlatform,
     channel_fraction,
@@ -240,11 +241,12 @@ def _nvls_candidates(message_bytes: Bytes, g: int, k: int, links: LinkFigures) -
     platform = links.platform
     if not platform.nvls or g < 2 or platform.arch not in NVLS_EFFICIENCY:
         return {}
+    heads = min(g, NVLS_MAX_HEADS)  # a head GPU also receives its shard's sum: S (heads + 1) / heads
     nvls_bytes_per_s = NVLS_EFFICIENCY[platform.arch] * links.up_ring_bytes_per_s
-    switch_seconds_per_byte = (g + 1) / g / nvls_bytes_per_s
+    switch_seconds_per_byte = (heads + 1) / heads / nvls_bytes_per_s
     if k == 1:
         latency = scaled_hop_latency_s("nvlink", "nvls", "Simple", links.up_latency_s)
-        fill = nvls_pipeline_factor(message_bytes, platform, g)
+        fill = nvls_pipeline_factor(message_bytes, platform, heads)
         return {"nvls/Simple": latency + switch_seconds_per_byte * message_bytes * fill}
     levels = int(math.floor(math.log2(k)))  # NCCL's log2i
     latency = scaled_hop_latency_s("nvlink", "nvls_tree", "Simple", links.up_latency_s) \

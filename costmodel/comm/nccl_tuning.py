@@ -28,6 +28,7 @@ __all__ = [
     "NVLS_CHANNELS_ONE_NODE",
     "NVLS_EFFICIENCY",
     "NVLS_HOP_LATENCY_US",
+    "NVLS_MAX_HEADS",
     "NVLS_PIPELINE_STAGES",
     "NcclPlatform",
     "channel_fraction",
@@ -72,6 +73,9 @@ NVLS_CHANNELS_ONE_NODE: Final = {"hopper": 16, "blackwell": 24}
 NVLS_CHUNK_BYTES: Final = 128 * 1024
 NVLS_CHUNK_STEPS: Final = ((64, 64 * 1024), (8, 32 * 1024), (2, 16 * 1024))
 NVLS_PIPELINE_STAGES: Final = 3
+# NCCL_MAX_NVLS_ARITY (src/include/device.h): at most 32 NVLS heads, so a larger domain (NVL72) has
+# GPUs that only feed the switch [NCCL-TUNING].
+NVLS_MAX_HEADS: Final = 32
 
 # getNetOverhead (us): a multi-node ring step costs at least this, 3x with Simple [NCCL-TUNING].
 NET_OVERHEAD_US: Final = {"intel": 1.0, "amd": 2.0, "arm": 1.0}
@@ -267,8 +271,9 @@ def channel_fraction(proto: str, algo: str, message_bytes: Bytes, n: Bytes | int
 def nvls_pipeline_factor(message_bytes: Bytes, platform: NcclPlatform, heads: int) -> Bytes:
     """Time over the ideal of one-node NVLS: its three-stage pipeline fills and drains per channel.
 
-    Each channel moves ``heads x chunk`` bytes a loop (``heads``: the domain's GPUs, one NVLS head
-    each; UNVERIFIED, NCCL's "nHeads" log line is not in reach) through scatter, reduce and
+    Each channel moves ``heads x chunk`` bytes a loop (``heads``: one NVLS head per GPU of the
+    domain up to :data:`NVLS_MAX_HEADS`; UNVERIFIED, NCCL's "nHeads" log line is not in reach)
+    through scatter, reduce and
     gather, so ``L`` loops take ``L + stages - 1`` loop times, and a call shorter than one loop
     still crosses all stages [NCCL-TUNING] (src/enqueue.cc, src/device/all_reduce.h).
     """
