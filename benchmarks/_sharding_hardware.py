@@ -1,0 +1,93 @@
+"""This machine as a "cluster" for the CPU miniatures: figures measured here, given alike to both cost models.
+
+- memory bandwidth: the best of a few ``numpy`` copies of a 256 MiB array (read + write bytes / time);
+- all-to-all: ``torch.distributed.all_to_all_single`` on ``world`` gloo processes at 64 KiB and 16 MiB per
+  rank; the two points give a latency and a bandwidth (bytes each rank sends / time);
+- compute: the best of a few fp32 matmuls (for the miniatures' tiny dense part only).
+
+No figure is taken from a datasheet: the catalog GPU the spec is built from (H100 SXM) only supplies the
+fields the miniatures never exercise, and every field they do exercise is replaced by a measurement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import time
+
+import numpy as np
+
+from costmodel.specs.catalog import get_gpu
+from costmodel.specs.gpu import ClusterSpec
+
+
+def memory_bandwidth(mib: int = 256, repeats: int = 5) -> float:
+    src = np.ones(mib * 1024 * 1024 // 8)
+    dst = np.empty_like(src)
+    best = min(_timed(lambda: np.copyto(dst, src)) for _ in range(repeats))
+    return 2 * src.nbytes / best
+
+
+def matmul_flops(n: int = 1024, repeats: int = 3) -> float:
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    best = min(_timed(lambda: a @ a) for _ in range(repeats))
+    return 2 * n**3 / best
+
+
+def _timed(call) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+def _a2a_worker(rank: int, world: int, port: int, sizes: list[int], repeats: int, queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    out = []
+    for size in sizes:
+        send = torch.ones(size // 4 // world * world)
+        recv = torch.empty_like(send)
+        times = []
+        for _ in range(repeats + 1):
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_to_all_single(recv, send)
+            times.append(time.perf_counter() - start)
+        out.append(float(np.median(times[1:])))
+    if rank == 0:
+        queue.put(out)
+    dist.destroy_process_group()
+
+
+def all_to_all_figures(world: int, small: int = 64 * 1024, large: int = 16 * 1024 * 1024) -> tuple[float, float]:
+    """(latency s, bandwidth bytes/s) of gloo all-to-all among ``world`` local processes."""
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    queue = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(_a2a_worker, args=(world, port, [small, large], 5, queue), nprocs=world, join=True,
+                       start_method="spawn")
+    t_small, t_large = queue.get()
+    bandwidth = (large - small) / max(t_large - t_small, 1e-9)
+    return max(t_small - small / bandwidth, 1e-6), bandwidth
+
+
+def cpu_cluster(world: int) -> ClusterSpec:
+    """A ``ClusterSpec`` of ``world`` ranks on this machine, with the measured figures."""
+    latency, link = all_to_all_figures(world)
+    base = get_gpu("h100-sxm5-80gb")
+    flops = matmul_flops()
+    gpu = dataclasses.replace(
+        base, name="this-cpu", display_name="this machine's CPU (measured)", vendor="cpu",
+        peak_flops=tuple((dtype, flops) for dtype, _ in base.peak_flops),
+        hbm_bandwidth_bytes_per_s=memory_bandwidth(), intra_node_bandwidth_bytes_per_s=link,
+        intra_node_latency_s=latency, gpus_per_node=world, nvlink_domain_size=world,
+        inter_node_bandwidth_bytes_per_s=link, inter_node_latency_s=latency, sources=())
+    return ClusterSpec(gpu=gpu, num_gpus=world, gpus_per_node=world)
