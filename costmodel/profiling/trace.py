@@ -43,7 +43,7 @@ from costmodel.profiles.profile import Profile
 from costmodel.profiling.journal import Journal, check_session, rebuild
 from costmodel.specs.errors import SpecError
 
-__all__ = ["TraceImport", "import_trace"]
+__all__ = ["OperatorInstance", "TraceImport", "import_trace", "operator_instances"]
 
 _ELEMENT_BYTES: Final = {
     "c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
@@ -144,10 +144,41 @@ def import_trace(trace: str | Path, out: str | Path, device: str | None = None) 
     """
     path, out = Path(trace), Path(out)
     data = _load(path)
+    result = TraceImport(out=out, mode="")
+    samples: dict[str, tuple[str, dict[str, Any], list[float]]] = {}
+    for instance in operator_instances(data, result):
+        key = f"{instance.table}|trace|" + ",".join(f"{k}={v}" for k, v in instance.row.items())
+        samples.setdefault(key, (instance.table, instance.row, []))[2].append(instance.seconds)
+    if not samples:
+        shapes = "" if data.get("record_shapes", 1) else " (recorded without shapes: use record_shapes=True)"
+        raise SpecError("trace", str(path), f"a PyTorch profiler trace with recognised operators{shapes}")
+    result.profile = _write(out, path, data, device, result, samples)
+    return result
+
+
+@dataclass(frozen=True)
+class OperatorInstance:
+    """One recognised operator of a trace: its table row, whether autograd's backward ran it, its
+    measured seconds and the ``correlation`` ids of the kernels it launched (empty on a CPU trace)."""
+
+    name: str
+    table: str
+    row: dict[str, Any]
+    backward: bool
+    seconds: float
+    start_us: float
+    kernels: tuple[Any, ...] = ()
+
+
+def operator_instances(data: dict[str, Any], result: TraceImport) -> list[OperatorInstance]:
+    """Every recognised operator with a measured time in ``data`` (a Chrome trace's JSON), in trace order.
+
+    ``result`` gets the mode, the event count and the unsupported and unknown operators and kernels.
+    """
     events = [_event(e) for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
     ops = [e for e in events if e.cat in ("cpu_op", "user_annotation")]
     kernels = [e for e in events if e.cat == "kernel"]
-    result = TraceImport(out=out, mode="gpu kernels" if kernels else "cpu ops", events=len(ops) + len(kernels))
+    result.mode, result.events = "gpu kernels" if kernels else "cpu ops", len(ops) + len(kernels)
     _nest(ops)
     context = _Context(ops, any("Collective name" in e.args for e in ops), _world_size(data))
     for index, event in enumerate(ops):
@@ -157,8 +188,9 @@ def import_trace(trace: str | Path, out: str | Path, device: str | None = None) 
             continue
         event.verdict = _classify(event, context)
         event.owner = index if event.verdict is not None else None
-    latencies = _latencies(ops, kernels, result)
-    samples: dict[str, tuple[str, dict[str, Any], list[float]]] = {}
+    launched: dict[int, list[Any]] = defaultdict(list)
+    latencies = _latencies(ops, kernels, result, launched)
+    instances = []
     for index, event in enumerate(ops):
         if event.owner != index or event.verdict is None:
             continue
@@ -167,13 +199,10 @@ def import_trace(trace: str | Path, out: str | Path, device: str | None = None) 
             result.unsupported[detail] += 1
         elif index in latencies:
             table, row = detail
-            key = f"{table}|trace|" + ",".join(f"{k}={v}" for k, v in row.items())
-            samples.setdefault(key, (table, row, []))[2].append(latencies[index])
-    if not samples:
-        shapes = "" if data.get("record_shapes", 1) else " (recorded without shapes: use record_shapes=True)"
-        raise SpecError("trace", str(path), f"a PyTorch profiler trace with recognised operators{shapes}")
-    result.profile = _write(out, path, data, device, result, samples)
-    return result
+            instances.append(OperatorInstance(event.name, table, row, _in_backward(event, ops), latencies[index],
+                                              event.start, tuple(launched.get(index, ()))))
+    instances.sort(key=lambda i: i.start_us)
+    return instances
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -330,8 +359,10 @@ def _annotated_collective(name: str, args: dict[str, Any], world: int | None) ->
     return "sample", ("nccl", {"op": op, "num_gpus": 2 if op == "send_recv" else world, "message_bytes": size})
 
 
-def _latencies(ops: list[_Event], kernels: list[_Event], result: TraceImport) -> dict[int, float]:
-    """Seconds per claimed operator: its kernels' summed time on a GPU trace, its span on a CPU trace."""
+def _latencies(ops: list[_Event], kernels: list[_Event], result: TraceImport,
+               launched: dict[int, list[Any]] | None = None) -> dict[int, float]:
+    """Seconds per claimed operator: its kernels' summed time on a GPU trace, its span on a CPU trace
+    (``launched`` gets each operator's kernels' correlation ids)."""
     if not kernels:
         for event in ops:
             if event.owner is None and event.children == 0 and event.cat == "cpu_op" \
@@ -348,6 +379,8 @@ def _latencies(ops: list[_Event], kernels: list[_Event], result: TraceImport) ->
             result.unknown[_short(kernel.name)] += 1
         elif ops[owner].verdict is not None and ops[owner].verdict[0] == "sample":  # type: ignore[index]
             out[owner] += (kernel.end - kernel.start) * 1e-6
+            if launched is not None:
+                launched[owner].append(kernel.args.get("correlation"))
     return {owner: seconds for owner, seconds in out.items() if seconds > 0}
 
 
