@@ -182,7 +182,7 @@ def _mlp(name: str, x: LayerShape, model: ModelSpec, ffn: int, tokens: int | Non
     return ops
 
 
-def _moe(x: LayerShape, model: ModelSpec, strategy: Strategy) -> list[Op]:
+def _moe(x: LayerShape, model: ModelSpec, strategy: Strategy, expert_fused: bool = True) -> list[Op]:
     """Router, permutations, the local experts as a grouped GEMM and the shared experts (``costmodel.llm.moe``).
 
     The router runs on the rank's sequence-parallel tokens, in bf16 also in FP8 recipes (a plain
@@ -190,6 +190,7 @@ def _moe(x: LayerShape, model: ModelSpec, strategy: Strategy) -> list[Op]:
     element-wise ops over [tokens, experts] in fp32. The grouped GEMM is timed as one GEMM of each
     expert's rows (``count`` = local experts); the busiest rank's rows set the pace
     (``moe.expert_rows``: load imbalance, or capacity padding). Permutations are row copies.
+    ``expert_fused`` false: expert biases and activation run as eager ops (``_eager_expert_ops``).
     """
     experts_here = model.num_experts // strategy.ep
     local = int(local_tokens(strategy, x.seq))
@@ -202,11 +203,32 @@ def _moe(x: LayerShape, model: ModelSpec, strategy: Strategy) -> list[Op]:
     ops += _elementwise("moe.permute", local * model.moe_router_topk * x.hidden, 1, 1, 1, 1)
     per_expert = max(1, math.ceil(rows / experts_here))
     etp = replace(x, tp=strategy.expert_tensor_parallel_size)
-    ops += _mlp("moe.experts", etp, model, model.moe_ffn_hidden_size, tokens=per_expert,  # type: ignore[arg-type]
-                count=float(experts_here))
+    experts = _mlp("moe.experts", etp, model, model.moe_ffn_hidden_size, tokens=per_expert,  # type: ignore[arg-type]
+                   count=float(experts_here))
+    if not expert_fused and model.add_bias_linear:
+        inner = model.moe_ffn_hidden_size // etp.tp  # type: ignore[operator]
+        experts = [op for op in experts if ".swiglu." not in op.name]
+        experts += _eager_expert_ops(per_expert * experts_here, inner, x.hidden)
+    ops += experts
     ops += _elementwise("moe.unpermute", local * model.moe_router_topk * x.hidden, 1, 1, 1, 1)
     if model.num_shared_experts:
         ops += shared_expert_ops(x, model)
+    return ops
+
+
+def _eager_expert_ops(rows: float, inner: int, hidden: int) -> list[Op]:
+    """Expert biases and gated activation as NeMo Automodel's DeepEP experts run them, kernel by kernel.
+
+    github.com/NVIDIA-NeMo/Automodel @01926a5c nemo_automodel/components/moe/layers.py
+    ``GroupedExpertsDeepEP.forward``: ``_apply_bias`` adds each expert's bias to its split of the
+    grouped-GEMM output and concatenates (gate/up: add + cat; down: ``t + b * p``, add, cat), and
+    ``quick_geglu_deepep`` runs eagerly: two clamps, ``alpha *``, sigmoid, product, ``+ 1``,
+    product, ``* probs``. Reads and writes below count those kernels' tensor passes (backward:
+    their autograd kernels); the fused path's one SwiGLU op is dropped.
+    """
+    ops = _elementwise("moe.experts.up_bias", rows * 2 * inner, 2, 2, 1, 0)
+    ops += _elementwise("moe.experts.geglu_eager", rows * inner, 10, 8, 17, 9)
+    ops += _elementwise("moe.experts.down_bias", rows * hidden, 3, 3, 4, 2)
     return ops
 
 
@@ -216,12 +238,13 @@ def shared_expert_ops(x: LayerShape, model: ModelSpec) -> list[Op]:
 
 
 def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool = False,
-              policy: str | None = None, rope_fused: bool = True) -> list[Op]:
+              policy: str | None = None, rope_fused: bool = True, expert_fused: bool = True) -> list[Op]:
     """Operators of one transformer layer for one micro-batch on one GPU (fwd, bwd, recompute).
 
     ``policy`` is the run's recomputation policy (``costmodel.llm.recompute.recompute_policy``);
     None: Megatron's meaning of ``strategy.recompute``. ``rope_fused``: the framework's
     ``rope_fusion`` (one streaming kernel, ``rope_fused``; otherwise eager ops, ``rope``).
+    ``expert_fused``: the framework's ``moe_expert_fusion`` (``_moe``).
     """
     if policy is None:
         policy = "megatron" if strategy.recompute == "selective" else strategy.recompute
@@ -237,7 +260,7 @@ def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool =
     ops += _linear("out_proj", x, n=x.hidden, k=x.o_width)
     ops += _dropout_residual("attn", x, model)
     ops += _norm("post_attn_norm", x)
-    ops += _moe(x, model, strategy) if moe else _mlp("mlp", x, model, model.ffn_hidden_size)  # type: ignore[arg-type]
+    ops += _moe(x, model, strategy, expert_fused) if moe else _mlp("mlp", x, model, model.ffn_hidden_size)  # type: ignore[arg-type]
     ops += _dropout_residual("mlp", x, model)
     return ops + _recomputed(ops, core, x, model, policy, moe)
 
@@ -345,7 +368,8 @@ def stage_ops(run: RunSpec, stage: int) -> list[Op]:
     for layers, is_moe in ((dense, False), (moe, True)):
         if layers:
             ops += [_scaled(op, layers) for op in layer_ops(model, s, seq, moe=is_moe, policy=policy,
-                                                             rope_fused=run.framework.rope_fusion)]
+                                                             rope_fused=run.framework.rope_fusion,
+                                                             expert_fused=run.framework.moe_expert_fusion)]
     layout = layout_of(model, s)  # the embedding, MTP layers and loss where the pipeline layout puts them
     if layout.count(stage, EMBEDDING):
         ops += embedding_ops(model, s, seq)

@@ -137,7 +137,7 @@ def moe_notes(run: RunSpec) -> tuple[str, ...]:
 def ops_key(run: RunSpec) -> tuple[object, ...]:
     """The strategy fields that shape the MoE operators (for ``costmodel.llm.compute.stage_ops_key``)."""
     s = run.strategy
-    return (s.expert_tensor_parallel_size, s.moe_capacity_factor, load_factor(s))
+    return (s.expert_tensor_parallel_size, s.moe_capacity_factor, load_factor(s), run.framework.moe_expert_fusion)
 
 
 # -- token counts ---------------------------------------------------------------------------------

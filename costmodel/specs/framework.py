@@ -106,6 +106,11 @@ class Framework:
     """Whether RoPE runs as one fused kernel streaming q and k once (Megatron-Core
     ``apply_rope_fusion``, Transformer Engine's fused RoPE) rather than as eager element-wise
     ops (torchtitan's complex multiply)."""
+    moe_expert_fusion: bool = True
+    """Whether expert biases and the gated activation run fused (Transformer Engine GroupedLinear
+    bias epilogue, Megatron-Core ``bias_activation_fusion``) rather than as eager per-expert
+    element-wise kernels (NeMo Automodel's DeepEP experts), which stream the expert activations
+    several more times through HBM."""
     cpu_offloading_num_layers: int = 0
     """Transformer layers whose activations are offloaded to host memory between forward and
     backward (Megatron-Core ``TransformerConfig.cpu_offloading_num_layers``): trades PCIe traffic
@@ -151,7 +156,7 @@ class Framework:
         for name in ("tp_comm_overlap", "main_grad_follows_reduce_dtype", "separate_master_weights",
                      "distributed_optimizer", "fp8_weight_cache", "fp8_param_gather", "supports_fp16", "supports_tp_comm_overlap",
                      "moe_shared_expert_overlap", "moe_a2a_overlap", "fp8_activation_cache",
-                     "rope_fusion"):
+                     "rope_fusion", "moe_expert_fusion"):
             require_bool(f"{where}.{name}", getattr(self, name))
         if not isinstance(self.cp_comm_types, tuple) or not self.cp_comm_types \
                 or not set(self.cp_comm_types) <= set(CP_EXCHANGES):

@@ -262,3 +262,29 @@ def test_step_books_moe_layers_tp_comm_without_the_mlp_pair() -> None:
     step = predict_step(run, timer)
     m = run.strategy.num_microbatches
     assert step.breakdown["tp_comm_s"] == pytest.approx(m * run.model.num_layers * per_layer, rel=1e-6)
+
+
+# -- expert element-wise ops as the framework runs them ------------------------------------------------
+def _moe_ops(model: str, framework: str) -> list[Any]:
+    from costmodel.llm.decompose import stage_ops
+
+    run = run_spec_from_mapping({"model": model, "seq_length": 4096, "framework": framework,
+                                 "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 8},
+                                 "strategy": {"tp": 1, "pp": 1, "ep": 8, "dp": 8, "micro_batch_size": 1,
+                                              "global_batch_size": 64}})
+    return [op for op in stage_ops(run, 0) if op.name.startswith("moe.experts") and op.family != "gemm"]
+
+
+def test_automodel_runs_expert_biases_and_activation_eagerly() -> None:
+    fused = _moe_ops("gpt-oss-20b", "megatron-core")
+    eager = _moe_ops("gpt-oss-20b", "automodel")
+    assert {op.name for op in fused} == {"moe.experts.swiglu.fwd", "moe.experts.swiglu.bwd"}
+    assert {"moe.experts.up_bias.fwd", "moe.experts.geglu_eager.bwd", "moe.experts.down_bias.fwd"} \
+        <= {op.name for op in eager} and not any(".swiglu." in op.name for op in eager)
+    assert sum(op.bytes * op.count for op in eager) > 5 * sum(op.bytes * op.count for op in fused)
+
+
+def test_eager_expert_path_needs_expert_biases() -> None:
+    # Qwen3 experts have no bias: Automodel runs its fused weighted SwiGLU, the same ops as Megatron-Core
+    assert [op.name for op in _moe_ops("qwen3-30b-a3b", "automodel")] == \
+        [op.name for op in _moe_ops("qwen3-30b-a3b", "megatron-core")]
