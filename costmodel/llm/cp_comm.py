@@ -22,7 +22,10 @@ Megatron-Core passes it (``--cp-comm-type``):
   ``heads / (tp * cp)`` heads. TE requires the per-rank query and KV heads divisible by cp.
 
 Exposed time is everything beyond the attention the stage already books (the whole-sequence
-causal kernel over ``1/cp`` of the work, ``costmodel.llm.decompose``). Compute beside an NCCL
+causal kernel over ``1/cp`` of the work, ``costmodel.llm.decompose``): for ``p2p`` the
+transfers' excess over the steps beside them, plus the step kernels' excess over the booked
+kernel where the smaller chunks run slower (never less: a chunk timed faster than its share is
+table noise, and must not hide a transfer). Compute beside an NCCL
 kernel is slowed by ``NCCL_COMPUTE_SLOWDOWN``. The attention core stays bf16 under FP8 recipes,
 so K/V travel in bf16. Sliding-window layers are priced like full layers (TE runs them only
 with ``all_gather`` or ``a2a``).
@@ -101,7 +104,11 @@ def _p2p_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, for
             comms = [send] * (cp - 1) + [0.0]
         else:  # K/V out, then K/V and the running dK/dV, then dK/dV back
             comms = [send] + [2 * send] * (cp - 2) + [send]
-        ring = p2p_ring_seconds(steps, comms) - _booked(run, timer, family)
+        # The transfers' excess over the steps they run beside, plus the step kernels' excess over
+        # the booked whole-sequence kernel; chunks timed faster than their share of the whole are
+        # table noise (as in costmodel.llm.tp_comm), so they do not hide the transfers.
+        alone = sum(steps)
+        ring = p2p_ring_seconds(steps, comms) - alone + max(0.0, alone - _booked(run, timer, family))
         total += (forward_passes if forward else 1) * ring
     return total
 
