@@ -125,12 +125,27 @@ def _attention_core(x: LayerShape, strategy: Strategy, name: str = "attention") 
                 Op(f"{name}.bwd", "attention_bwd", "bwd", shape, 2 * fwd, 2 * moved, "bf16", 1.0 / x.cp)]
     # Unfused (Megatron's baddbmm + masked softmax + bmm): the full score matrix is computed.
     sq = x.seq // x.cp
-    count = float(x.batch * x.heads)
+    count = x.batch * x.heads
     scores = sq * x.seq
-    ops = _linear(f"{name}.scores", x, n=x.seq, k=x.head_dim, m=sq, count=count)
+    ops = _batched_linear(f"{name}.scores", x, n=x.seq, k=x.head_dim, m=sq, batch=count)
     ops += _elementwise(f"{name}.softmax", scores * count, 1, 1, 2, 1)
-    ops += _linear(f"{name}.values", x, n=x.v_head_dim, k=x.seq, m=sq, count=count)
+    ops += _batched_linear(f"{name}.values", x, n=x.v_head_dim, k=x.seq, m=sq, batch=count)
     return ops
+
+
+def _batched_linear(name: str, x: LayerShape, n: int, k: int, m: int, batch: int) -> list[Op]:
+    """Forward and both backward products of ``batch`` independent ``[m, k] x [k, n]`` products.
+
+    Megatron's unfused attention issues each as ONE strided-batched kernel over every
+    (micro-batch, head) pair (``torch.baddbmm`` / ``torch.bmm`` on ``[b * np, sq, hn]``,
+    github.com/NVIDIA/Megatron-LM megatron/model/transformer.py ``CoreAttention.forward``), so it
+    is timed as one GEMM with the batch folded into its rows (same FLOPs and tiles), not as
+    ``batch`` small GEMMs each too small to fill the GPU.
+    """
+    bpe = 1.0 if x.dtype == "fp8" else 2.0
+    return [gemm(f"{name}.fwd", "fwd", batch * m, n, k, x.dtype, 1.0, bpe),
+            gemm(f"{name}.dgrad", "bwd", batch * m, k, n, x.dtype, 1.0, bpe),
+            gemm(f"{name}.wgrad", "bwd", batch * n, k, m, x.dtype, 1.0, bpe)]
 
 
 def _attention_cores(x: LayerShape, model: ModelSpec, strategy: Strategy) -> list[Op]:

@@ -117,3 +117,18 @@ def test_rope_follows_the_frameworks_fusion() -> None:
     # the same strategy under each framework: the stage memo keeps the two RoPE pricings apart
     same = replace(titan, framework=replace(titan.framework, rope_fusion=True))
     assert predict_step(same, timer).step_time_s < predict_step(titan, timer).step_time_s
+
+
+def test_unfused_attention_is_one_batched_gemm_per_product() -> None:
+    """Megatron's baddbmm/bmm over every (micro-batch, head): one kernel, the batch folded into its rows."""
+    run = _run(framework="megatron-core", mode=None, recompute="none", mbs=2)
+    unfused = replace(run.strategy, flash_attention=False)
+    ops = [op for op in layer_ops(run.model, unfused, run.seq_length, policy="none")
+           if op.name.startswith("attention.") and op.family == "gemm"]
+    batch = 2 * run.model.num_attention_heads
+    assert {op.count for op in ops} == {1.0}
+    scores = next(op for op in ops if op.name == "attention.scores.fwd")
+    assert scores.shape == (batch * run.seq_length, run.seq_length, run.model.head_dim)
+    # FLOPs as batch separate products: 2 x (scores + values) x 3 (fwd, dgrad, wgrad)
+    per_pair = 2.0 * run.seq_length * run.seq_length * (run.model.head_dim + run.model.v_head_dim)
+    assert sum(op.total_flops for op in ops) == pytest.approx(3 * batch * per_pair)
