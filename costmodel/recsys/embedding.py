@@ -1,0 +1,234 @@
+"""Embedding-bag lookup time: the memory traffic an access distribution implies, at a fitted efficiency.
+
+A lookup kernel (``torch.nn.EmbeddingBag``, FBGEMM's TBE) gathers ``lookups`` rows and writes ``bags``
+pooled vectors. Its HBM traffic is the rows that miss the cache, each rounded up to whole memory sectors,
+plus the index and offset arrays and the pooled output (:func:`forward_bytes`). The distribution enters only
+through two columns, the unique rows and the cache-missing lookups (``costmodel.recsys.access``);
+``aware=False`` computes them as if every table were uniform, the distribution-blind baseline.
+
+``EmbeddingBagPredictor`` regresses the log efficiency against that traffic's bandwidth roofline, as the
+GEMM and memory-bound predictors do (``costmodel.predictors``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final
+
+import numpy as np
+from numpy.typing import ArrayLike
+from sklearn.linear_model import LinearRegression
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from costmodel.predictors._base import OperatorPredictor
+from costmodel.recsys.access import CacheStream, cache_misses, expected_unique_rows, row_classes
+from costmodel.specs.recsys import UNIFORM, AccessDistribution
+
+INDEX_BYTES: Final = 8  # int64 ids (TorchRec KeyedJaggedTensor default)
+OFFSET_BYTES: Final = 8  # int64 offsets, one per bag
+OUTPUT_BYTES: Final = 4  # fp32 pooled output (TorchRec's default output dtype)
+GPU_SECTOR_BYTES: Final = 32  # NVIDIA global-memory sector (CUDA C++ Programming Guide, "Device Memory Accesses")
+CPU_LINE_BYTES: Final = 64  # x86 cache line
+
+L2_CACHE_BYTES: Final[dict[str, float]] = {
+    # NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020): 40 MB L2.
+    "a100-sxm4-40gb": 40 * 2**20, "a100-sxm4-80gb": 40 * 2**20, "a100-pcie-80gb": 40 * 2**20,
+    # NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022): 50 MB L2 (SXM5 and PCIe; H200 is the same GH100).
+    "h100-sxm5-80gb": 50 * 2**20, "h100-pcie-80gb": 50 * 2**20, "h200-sxm-141gb": 50 * 2**20,
+}
+"""Last-level cache in front of HBM per catalog GPU; a GPU not listed is modelled without one (every
+lookup of a row not yet touched in the batch reads HBM), which over-estimates lookups of hot tables."""
+
+COLUMNS: Final = ("bags", "lookups", "dim", "row_bytes", "unique_rows", "near_misses", "far_misses", "tlb_misses")
+"""Predictor columns: ``near_misses`` miss the near cache (CPU: a core's L2; GPU: L2), ``far_misses`` the last
+level before main memory (CPU: L3; GPU: L2 again), ``tlb_misses`` the address-translation cache; all
+lookups per call."""
+
+
+@dataclass(frozen=True)
+class CacheLevels:
+    """Capacities (bytes) of the near cache, of the last-level cache in front of main memory, and the reach
+    of the TLB (entries x ``page_bytes``; 0: not modelled, every lookup counted as a miss)."""
+
+    near_bytes: float
+    far_bytes: float
+    tlb_reach_bytes: float = 0.0
+    page_bytes: float = 4096.0
+
+
+@dataclass(frozen=True)
+class LookupShard:
+    """One table shard's lookups on one rank in one step.
+
+    ``rows`` and ``dim`` are the shard's; ``lookups`` the ids it receives; ``bags`` the pooled vectors it
+    writes; ``lookups_per_batch`` the lookups the whole table receives per global batch (a reuse histogram's
+    reference) and ``row_share`` the fraction of the table's rows (and of its lookups) this shard holds.
+    """
+
+    access: AccessDistribution
+    rows: int
+    dim: int
+    row_bytes: float
+    lookups: float
+    bags: float
+    lookups_per_batch: float
+    row_share: float = 1.0
+
+
+def lookup_columns(shards: Sequence[LookupShard], caches: CacheLevels, aware: bool = True) -> np.ndarray:
+    """The predictor's ``COLUMNS`` for shards that share one cache (one rank), one row per shard.
+
+    ``aware=False`` takes every distribution as uniform (the distribution-blind baseline).
+    """
+    out = np.zeros((len(shards), len(COLUMNS)))
+    streams = []
+    for i, s in enumerate(shards):
+        access = s.access if aware else UNIFORM
+        # a row-wise shard of row_share of the rows sees row_share of the lookups, same shape (hashed ids)
+        full_rows = max(1, round(s.rows / s.row_share))
+        classes = row_classes(access, full_rows, s.lookups_per_batch)
+        unique = s.row_share * expected_unique_rows(access, full_rows, s.lookups / s.row_share, s.lookups_per_batch)
+        streams.append(CacheStream(classes, s.lookups / s.row_share, s.row_bytes * s.row_share))
+        out[i, :5] = (s.bags, s.lookups, s.dim, s.row_bytes, max(unique, 1.0))
+    for column, size in ((5, caches.near_bytes), (6, caches.far_bytes)):
+        for i, (missed, s) in enumerate(zip(cache_misses(streams, size), shards)):
+            out[i, column] = max(s.row_share * missed, 1.0)
+    # the full table's pages, each weighing row_share of a TLB entry (as rows weigh row_share of their bytes)
+    pages = [CacheStream(st.classes, st.lookups, caches.page_bytes * s.row_share,
+                         max(1.0, s.row_bytes * float(np.sum(st.classes.counts)) / caches.page_bytes))
+             for st, s in zip(streams, shards)]
+    for i, (missed, s) in enumerate(zip(cache_misses(pages, caches.tlb_reach_bytes), shards)):
+        out[i, 7] = max(s.row_share * missed, 1.0)
+    return out
+
+
+def sector_bytes(row_bytes: np.ndarray, sector: float) -> np.ndarray:
+    """Bytes a row read moves: whole sectors (a 100-B row costs four 32-B sectors)."""
+    return np.ceil(row_bytes / sector) * sector
+
+
+def forward_bytes(columns: np.ndarray, sector: float) -> np.ndarray:
+    """HBM bytes of a lookup's forward: missed rows (whole sectors), ids, offsets, pooled output."""
+    bags, lookups, dim, row_bytes, _, _, missed, _ = columns.T
+    return missed * sector_bytes(row_bytes, sector) + lookups * INDEX_BYTES + bags * (OFFSET_BYTES
+                                                                                      + dim * OUTPUT_BYTES)
+
+
+def backward_bytes(columns: np.ndarray, sector: float, state_bytes_per_row: np.ndarray | float) -> np.ndarray:
+    """HBM bytes of a fused backward + sparse optimizer step (FBGEMM TBE ``EXACT_*`` kernels).
+
+    Read the pooled-output gradient and the ids; sort (id, position) pairs (radix sort: read and write
+    12 B per lookup, twice); read and write each unique row and its optimizer state once (the
+    gradient of a row is accumulated in registers before the row-wise update).
+    """
+    bags, lookups, dim, row_bytes, unique, _, _, _ = columns.T
+    return (bags * dim * OUTPUT_BYTES + lookups * INDEX_BYTES + 4 * lookups * 12
+            + 2 * unique * (sector_bytes(row_bytes, sector) + state_bytes_per_row))
+
+
+def optimizer_state_bytes_per_row(optimizer: str, dim: int) -> float:
+    """fp32 optimizer state per embedding row (FBGEMM TBE: row-wise Adagrad keeps one momentum per row;
+    Adam keeps two per element; SGD none)."""
+    return {"sgd": 0.0, "rowwise_adagrad": 4.0, "adam": 8.0 * dim}[optimizer]
+
+
+def lookup_counts(columns: np.ndarray, sector: float) -> np.ndarray:
+    """The work counts a lookup's time is a non-negative sum of, one column each (per call).
+
+    Bags and lookups (per-bag and per-id overheads), element adds, pooled output elements, unique rows;
+    per cache level the missed rows and their sectors; for each level and the TLB the misses weighted by
+    how sparse they are among the lookups (``m (1 - m / lookups)``): a lone miss cannot overlap others as
+    the misses of a uniform stream do, so it costs more of its latency.
+    """
+    bags, lookups, dim, row_bytes, unique, near, far, tlb = columns.T
+    sectors = np.ceil(row_bytes / sector)
+
+    def sparse(misses: np.ndarray) -> np.ndarray:
+        return misses * np.clip(1.0 - misses / lookups, 0.0, 1.0)
+
+    return np.column_stack([bags, lookups, lookups * dim, bags * dim, unique, unique * sectors, near,
+                            near * sectors, far, far * sectors, tlb, sparse(near), sparse(far), sparse(tlb)])
+
+
+class EmbeddingBagPredictor(OperatorPredictor):
+    """Latency of one embedding-bag forward from ``COLUMNS``: a non-negative sum of work counts.
+
+    ``time = sum_j c_j n_j`` over :func:`lookup_counts` ``n_j``, each ``c_j >= 0`` a cost per unit (seconds
+    per lookup, per missed row, per missed sector ...), fitted by non-negative least squares on the
+    *relative* error (each row divided by its latency). Its efficiency against the traffic roofline
+    (:meth:`roofline_s` / :meth:`predict`) is what the backward reuses (``costmodel.recsys.step``). The
+    additive form extrapolates linearly in each count, where a regressor of log efficiency over a few
+    tens of samples chased noise (held-out 35-45% against 16-20% on the CPU grid of
+    ``benchmarks/embedding.py``).
+
+    Parameters
+    ----------
+    hbm_bandwidth_bytes_per_s : float
+        Main-memory bandwidth of the device (default: H100-SXM, 3350 GB/s): the roofline's.
+    sector : float
+        Bytes of one memory transaction (32 on NVIDIA GPUs, 64 on x86 CPUs).
+    random_state : int, RandomState or None
+        Unused (the fit is deterministic); kept for the common contract.
+    """
+
+    shape_columns: ClassVar[tuple[str, ...]] = COLUMNS
+
+    def __init__(self, hbm_bandwidth_bytes_per_s: float = 3350e9, sector: float = GPU_SECTOR_BYTES,
+                 random_state: Any = None) -> None:
+        self.hbm_bandwidth_bytes_per_s = hbm_bandwidth_bytes_per_s
+        self.sector = sector
+        self.random_state = random_state
+
+    def _physics(self, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        roofline = forward_bytes(shapes, self.sector) / self.hbm_bandwidth_bytes_per_s
+        return lookup_counts(shapes, self.sector), np.log(roofline)
+
+    def _make_regressor(self) -> LinearRegression:
+        return LinearRegression(positive=True, fit_intercept=False)
+
+    def fit(self, X: ArrayLike, y: ArrayLike) -> EmbeddingBagPredictor:
+        """Fit the per-unit costs on measured latencies (seconds); returns ``self``."""
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
+        latency = np.maximum(np.abs(np.asarray(y)), 1e-12)
+        counts = lookup_counts(self._shapes(np.asarray(X)), self.sector)
+        self.scale_ = np.maximum(counts.max(axis=0), 1.0)  # unit-free columns for the solver
+        self.regressor_ = self._make_regressor().fit(counts / self.scale_ / latency[:, None], np.ones(len(latency)))
+        self.cost_per_unit_ = self.regressor_.coef_ / self.scale_
+        return self
+
+    def predict(self, X: ArrayLike) -> np.ndarray:
+        """Predicted latency in seconds (at least 1 ns)."""
+        check_is_fitted(self)
+        X = np.asarray(validate_data(self, X, dtype=np.float64, reset=False))
+        return np.maximum(lookup_counts(self._shapes(X), self.sector) @ self.cost_per_unit_, 1e-9)
+
+
+class RooflineLookups:
+    """Profile-free lookup time: the traffic at the device's HBM bandwidth (labelled a roofline, no fit)."""
+
+    source = "roofline"
+
+    def __init__(self, hbm_bandwidth_bytes_per_s: float, sector: float = GPU_SECTOR_BYTES) -> None:
+        self.hbm_bandwidth_bytes_per_s = hbm_bandwidth_bytes_per_s
+        self.sector = sector
+
+    def predict(self, columns: np.ndarray) -> np.ndarray:
+        return forward_bytes(columns, self.sector) / self.hbm_bandwidth_bytes_per_s
+
+
+def efficiency(model: Any, columns: np.ndarray, bandwidth: float, sector: float) -> np.ndarray:
+    """Achieved fraction of ``bandwidth`` in the forwards of ``columns`` (at most 1), reused for the backward."""
+    seconds = np.maximum(model.predict(columns), 1e-12)
+    return np.minimum(forward_bytes(columns, sector) / bandwidth / seconds, 1.0)
+
+
+def gpu_caches(gpu_name: str) -> CacheLevels:
+    """The catalog GPU's L2 as both levels (0 when unknown: no cache modelled)."""
+    size = L2_CACHE_BYTES.get(gpu_name, 0.0)
+    return CacheLevels(size, size)
+
+
+__all__ = ["COLUMNS", "EmbeddingBagPredictor", "LookupShard", "RooflineLookups", "backward_bytes",
+           "CacheLevels", "gpu_caches", "lookup_counts", "efficiency", "forward_bytes", "lookup_columns",
+           "optimizer_state_bytes_per_row"]

@@ -1,0 +1,214 @@
+"""One DLRM training step under a sharding plan: per-rank critical paths, the slowest rank's is the step.
+
+Each rank runs one compute stream and one communication stream. The schedule is that of TorchRec's
+``TrainPipelineSparseDist`` (torchrec/distributed/train_pipeline): the id all-to-all of the next batch runs
+during this batch's compute; the pooled-embedding all-to-all runs while the bottom MLP's forward computes;
+the embedding-gradient all-to-all while the bottom MLP's backward computes; the dense gradient all-reduce
+after it (DDP buckets), overlapping the embedding backward. A collective starts when the last rank is ready
+for it, so a slow rank delays all. ``pipelined=False`` runs every phase back to back (no overlap).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from costmodel.recsys.comm import CommTimes, comm_times
+from costmodel.recsys.dense import DenseTimes, dense_params, dense_times
+from costmodel.recsys.embedding import (
+    GPU_SECTOR_BYTES,
+    CacheLevels,
+    LookupShard,
+    RooflineLookups,
+    backward_bytes,
+    efficiency,
+    gpu_caches,
+    lookup_columns,
+    optimizer_state_bytes_per_row,
+)
+from costmodel.recsys.plan import ShardingPlan
+from costmodel.specs.errors import SpecError
+from costmodel.specs.gpu import ClusterSpec
+from costmodel.specs.recsys import DLRMSpec, EmbeddingTable
+from costmodel.timing import OperatorTimer
+
+NOTE_ROOFLINE = ("embedding lookups: memory traffic at the HBM bandwidth roofline (no fitted lookup profile; "
+                 "`parplan profile run --ops embedding_bag` measures one)")
+
+
+@dataclass(frozen=True)
+class RankTimes:
+    """One rank's step, seconds. ``total_s`` is when the rank finishes (its critical path, waits for the
+    collectives included); ``exposed_comm_s`` the part of it its compute stream spent waiting."""
+
+    rank: int
+    lookup_fwd_s: float
+    lookup_bwd_s: float
+    dense_fwd_s: float
+    dense_bwd_s: float
+    dense_optimizer_s: float
+    exposed_comm_s: float
+    total_s: float
+    lookups: float
+    unique_rows: float
+
+    @property
+    def compute_s(self) -> float:
+        return self.lookup_fwd_s + self.lookup_bwd_s + self.dense_fwd_s + self.dense_bwd_s + self.dense_optimizer_s
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """The step time (the slowest rank's critical path), each rank's times and the step's collectives."""
+
+    step_s: float
+    ranks: tuple[RankTimes, ...]
+    comm: CommTimes
+    pipelined: bool
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def slowest_rank(self) -> int:
+        return max(self.ranks, key=lambda r: r.total_s).rank
+
+
+def table_shards(table: EmbeddingTable, kind: str, ranks: tuple[int, ...], world: int,
+                 batch: int) -> list[tuple[int, LookupShard]]:
+    """``(rank, shard)`` for every shard of ``table`` (a data-parallel table has one per rank)."""
+    lookups = batch * table.lookups_per_sample
+    bags = float(batch * table.num_features)
+    common = {"access": table.access, "lookups_per_batch": lookups}
+    if kind == "data_parallel":
+        shard = LookupShard(rows=table.rows, dim=table.dim, row_bytes=table.row_bytes, lookups=lookups / world,
+                            bags=bags / world, **common)
+        return [(rank, shard) for rank in range(world)]
+    k = len(ranks)
+    if kind in ("table_wise", "column_wise"):
+        shard = LookupShard(rows=table.rows, dim=table.dim // k, row_bytes=table.row_bytes / k, lookups=lookups,
+                            bags=bags, **common)
+        return [(rank, shard) for rank in ranks]
+    shard = LookupShard(rows=math.ceil(table.rows / k), dim=table.dim, row_bytes=table.row_bytes,
+                        lookups=lookups / k, bags=bags, row_share=1.0 / k, **common)
+    return [(rank, shard) for rank in ranks]
+
+
+@lru_cache(maxsize=65536)
+def _rank_lookups(shards: tuple[LookupShard, ...], states: tuple[float, ...], dp_rows: tuple[float, ...],
+                  caches: CacheLevels, model: Any, bandwidth: float, sector: float) -> tuple[float, float, float]:
+    """Forward and backward (+ sparse optimizer) seconds and unique rows of one rank's shards."""
+    columns = lookup_columns(shards, caches)
+    fwd = np.asarray(model.predict(columns), dtype=float)
+    eff = efficiency(model, columns, bandwidth, sector)
+    # data-parallel (dense-kernel) tables also write a dense gradient and step the whole table
+    bwd_bytes = backward_bytes(columns, sector, np.array(states)) + np.array(dp_rows)
+    return float(fwd.sum()), float(np.sum(bwd_bytes / (bandwidth * eff))), float(columns[:, 4].sum())
+
+
+@lru_cache(maxsize=64)
+def _roofline(bandwidth: float) -> RooflineLookups:
+    return RooflineLookups(bandwidth)
+
+
+@lru_cache(maxsize=256)
+def _default_timer(cluster: ClusterSpec) -> OperatorTimer:
+    return OperatorTimer(gpu=cluster.gpu)
+
+
+def plan_step_seconds(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, *, lookup_model: Any = None,
+                      timer: OperatorTimer | None = None, pipelined: bool = True) -> StepBreakdown:
+    """Per-rank times and the step time of ``spec`` trained on ``cluster`` with ``plan``.
+
+    Parameters
+    ----------
+    lookup_model : object with ``predict(columns) -> seconds``, optional
+        A fitted ``EmbeddingBagPredictor`` (its ``hbm_bandwidth_bytes_per_s`` and ``sector`` are used);
+        the HBM roofline (``RooflineLookups``) when None, labelled in ``notes``.
+    timer : OperatorTimer, optional
+        Times the dense GEMMs (a fitted profile's, or the analytic fall-backs); one per cluster by default.
+    pipelined : bool
+        TorchRec's pipelined schedule (module docstring), or every phase back to back.
+
+    Raises
+    ------
+    SpecError
+        If the plan's world size is not the cluster's GPU count, or it does not cover the tables.
+    """
+    world = plan.world_size
+    if world != cluster.num_gpus:
+        raise SpecError("plan.world_size", world, f"equal to cluster.num_gpus={cluster.num_gpus}")
+    if spec.batch_size % world:
+        raise SpecError("recsys.batch_size", spec.batch_size, f"a multiple of the {world} ranks")
+    plan.check_covers(spec, cluster.gpus_per_node)
+    notes: list[str] = []
+    if lookup_model is None:
+        lookup_model = _roofline(cluster.gpu.hbm_bandwidth_bytes_per_s)
+        notes.append(NOTE_ROOFLINE)
+    bandwidth = float(getattr(lookup_model, "hbm_bandwidth_bytes_per_s", cluster.gpu.hbm_bandwidth_bytes_per_s))
+    sector = float(getattr(lookup_model, "sector", GPU_SECTOR_BYTES))
+    per_rank: list[list[tuple[LookupShard, float, float]]] = [[] for _ in range(world)]
+    for table in spec.tables:
+        sharding = plan[table.name]
+        state = optimizer_state_bytes_per_row(table.optimizer, table.dim)
+        for rank, shard in table_shards(table, sharding.sharding_type, sharding.ranks, world, spec.batch_size):
+            dense_grad = 0.0
+            if sharding.sharding_type == "data_parallel":  # zero + write the dense grad, step every row
+                dense_grad = shard.rows * (2 * table.dim * 4 + 2 * (shard.row_bytes + state))
+            per_rank[rank].append((shard, state, dense_grad))
+    caches = gpu_caches(cluster.gpu.name)
+    lookups = []
+    for entries in per_rank:
+        if not entries:
+            lookups.append((0.0, 0.0, 0.0))
+            continue
+        shards, states, dp_rows = zip(*entries)
+        lookups.append(_rank_lookups(tuple(shards), tuple(states), tuple(dp_rows), caches, lookup_model,
+                                     bandwidth, sector))
+    dense = _dense(spec, spec.batch_size // world, timer or _default_timer(cluster))
+    notes += dense.notes
+    comm = comm_times(spec, cluster, plan, dense_params(spec))
+    ranks = _schedule(lookups, dense, comm, pipelined, [sum(s.lookups for s, _, _ in e) for e in per_rank])
+    return StepBreakdown(step_s=max(r.total_s for r in ranks), ranks=ranks, comm=comm, pipelined=pipelined,
+                         notes=tuple(notes))
+
+
+def _dense(spec: DLRMSpec, local_batch: int, timer: OperatorTimer) -> DenseTimes:
+    key = ("recsys.dense", spec, local_batch)
+    if key not in timer.stage_memo:
+        timer.stage_memo[key] = dense_times(spec, local_batch, timer)
+    return timer.stage_memo[key]
+
+
+def _schedule(lookups: list[tuple[float, float, float]], dense: DenseTimes, comm: CommTimes, pipelined: bool,
+              lookup_counts: list[float]) -> tuple[RankTimes, ...]:
+    """Each rank's end time on the two-stream schedule (module docstring)."""
+    fwd = np.array([f for f, _, _ in lookups])
+    bwd = np.array([b for _, b, _ in lookups])
+    if not pipelined:
+        comm_total = comm.input_dist + comm.output_dist + comm.grad_dist + comm.dense_all_reduce
+        end = comm_total + fwd + bwd + dense.bottom_fwd + dense.bottom_bwd + (dense.top_fwd + dense.top_bwd) + dense.optimizer
+        return tuple(_rank(r, lookups[r], dense, float(end[r]), comm_total, lookup_counts[r])
+                     for r in range(len(lookups)))
+    out_start = float(fwd.max())  # the pooled all-to-all needs every rank's lookups
+    ready_top = np.maximum(fwd + dense.bottom_fwd, out_start + comm.output_dist)
+    grad_start = float((ready_top + (dense.top_fwd + dense.top_bwd)).max())
+    ready_emb_bwd = np.maximum(ready_top + (dense.top_fwd + dense.top_bwd) + dense.bottom_bwd, grad_start + comm.grad_dist)
+    all_reduce_start = max(grad_start + comm.grad_dist, float((ready_top + (dense.top_fwd + dense.top_bwd) + dense.bottom_bwd).max()))
+    end = np.maximum(ready_emb_bwd + bwd, all_reduce_start + comm.dense_all_reduce) + dense.optimizer
+    # the comm stream carries every collective once per step, the next batch's ids included
+    comm_busy = comm.input_dist + comm.output_dist + comm.grad_dist + comm.dense_all_reduce
+    end = np.maximum(end, comm_busy)
+    compute = fwd + bwd + dense.bottom_fwd + dense.bottom_bwd + (dense.top_fwd + dense.top_bwd) + dense.optimizer
+    return tuple(_rank(r, lookups[r], dense, float(end[r]), float(end[r] - compute[r]), lookup_counts[r])
+                 for r in range(len(lookups)))
+
+
+def _rank(rank: int, lookup: tuple[float, float, float], dense: DenseTimes, total: float, exposed: float,
+          count: float) -> RankTimes:
+    return RankTimes(rank=rank, lookup_fwd_s=lookup[0], lookup_bwd_s=lookup[1],
+                     dense_fwd_s=dense.bottom_fwd + dense.top_fwd, dense_bwd_s=dense.bottom_bwd + dense.top_bwd,
+                     dense_optimizer_s=dense.optimizer, exposed_comm_s=max(0.0, exposed), total_s=total,
+                     lookups=count, unique_rows=lookup[2])

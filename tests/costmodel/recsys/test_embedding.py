@@ -1,0 +1,64 @@
+"""The lookup predictor and the columns the access distribution gives it (costmodel.recsys.embedding)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.exceptions import NotFittedError
+
+from costmodel.recsys.embedding import (
+    CacheLevels,
+    EmbeddingBagPredictor,
+    LookupShard,
+    lookup_columns,
+    lookup_counts,
+    sector_bytes,
+)
+from costmodel.specs.recsys import AccessDistribution
+
+CACHES = CacheLevels(2e6, 32e6, 8e6)
+
+
+def _shard(access: AccessDistribution, rows: int = 10**6, dim: int = 64, pooling: int = 20) -> LookupShard:
+    lookups = 1024.0 * pooling
+    return LookupShard(access=access, rows=rows, dim=dim, row_bytes=4.0 * dim, lookups=lookups, bags=1024.0,
+                       lookups_per_batch=lookups)
+
+
+def _random_columns(count: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    shards = [_shard(AccessDistribution(kind="zipf", zipf_exponent=float(s)) if s else AccessDistribution(),
+                     int(r), int(d), int(p))
+              for s, r, d, p in zip(rng.choice([0, 1.05, 1.2], count), rng.choice([1e4, 1e5, 1e6], count),
+                                    rng.choice([32, 128], count), rng.choice([1, 10, 100], count))]
+    return np.vstack([lookup_columns([s], CACHES) for s in shards])
+
+
+def test_blind_columns_ignore_the_distribution():
+    zipf = lookup_columns([_shard(AccessDistribution(kind="zipf", zipf_exponent=1.2))], CACHES, aware=False)
+    assert np.array_equal(zipf, lookup_columns([_shard(AccessDistribution())], CACHES))
+
+
+def test_aware_columns_see_fewer_misses_under_skew():
+    zipf = lookup_columns([_shard(AccessDistribution(kind="zipf", zipf_exponent=1.2))], CACHES)[0]
+    uniform = lookup_columns([_shard(AccessDistribution())], CACHES)[0]
+    assert zipf[4] < uniform[4] and zipf[6] < uniform[6]
+
+
+def test_row_reads_round_up_to_whole_sectors():
+    assert sector_bytes(np.array([100.0, 128.0, 129.0]), 32).tolist() == [128.0, 128.0, 160.0]
+
+
+def test_predictor_recovers_known_unit_costs():
+    X = _random_columns(60)
+    costs = np.zeros(lookup_counts(X, 64).shape[1])
+    costs[[0, 1, 8, 9]] = (10e-9, 1e-9, 20e-9, 2e-9)  # per bag, per lookup, per far miss, per far sector
+    y = lookup_counts(X, 64) @ costs
+    model = EmbeddingBagPredictor(sector=64).fit(X, y)
+    assert np.allclose(model.predict(_random_columns(20, seed=1)),
+                       lookup_counts(_random_columns(20, seed=1), 64) @ costs, rtol=1e-3)
+
+
+def test_predict_before_fit_raises():
+    with pytest.raises(NotFittedError):
+        EmbeddingBagPredictor().predict(_random_columns(2))
