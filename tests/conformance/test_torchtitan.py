@@ -9,7 +9,6 @@ what the prediction assumed. Skips without the ``conformance`` extra.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +24,6 @@ parallel_dims = pytest.importorskip("torchtitan.distributed.parallel_dims")
 activation_checkpoint = pytest.importorskip("torchtitan.distributed.activation_checkpoint")
 
 EXPORTER = EXPORTERS["torchtitan"]
-
-
-@pytest.fixture(scope="module")
-def fake_world() -> Iterator[None]:
-    """A fake process group of the matrix's world size: meshes build without GPUs or peers."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    dist.init_process_group("fake", rank=0, world_size=WORLD, store=FakeStore())
-    yield
-    dist.destroy_process_group()
 
 
 @pytest.fixture(autouse=True)
