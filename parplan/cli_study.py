@@ -10,6 +10,7 @@ same command resumes.
 from __future__ import annotations
 
 import argparse
+import io
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,11 @@ def _out_dir(args: argparse.Namespace, spec: Any) -> Path:
     return Path(f"study-{spec.name}")
 
 
+def _progress_stream(args: argparse.Namespace) -> io.StringIO | None:
+    """stderr, or under ``--json`` a stream that is no terminal: the progress line stays silent."""
+    return io.StringIO() if args.json else None
+
+
 @resumable
 def cmd_run(args: argparse.Namespace) -> int:
     from studies.claims import DEFAULT_TTL_S
@@ -104,7 +110,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise SpecError("n-jobs", args.n_jobs, "a positive integer or -1")
     out = _out_dir(args, spec)
     summary = run_study(spec, out, storage=args.storage, n_jobs=args.n_jobs,
-                        ttl_s=DEFAULT_TTL_S if args.claim_ttl is None else args.claim_ttl)
+                        ttl_s=DEFAULT_TTL_S if args.claim_ttl is None else args.claim_ttl,
+                        stream=_progress_stream(args))
     if args.json:
         from studies.store import redact
 
@@ -129,7 +136,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     searched = run_worker(spec, args.storage, out_dir=None if args.out is None else Path(args.out),
                           ttl_s=DEFAULT_TTL_S if args.claim_ttl is None else args.claim_ttl,
                           poll_s=DEFAULT_POLL_S if args.poll is None else args.poll,
-                          max_problems=args.max_problems)
+                          max_problems=args.max_problems, stream=_progress_stream(args))
     from studies.problems import expand
 
     keys = [p.key for p in expand(spec)]

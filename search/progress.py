@@ -5,32 +5,18 @@ elapsed time and, for a budget search over several GPU counts, which count is
 being searched. Under ``--json`` or when stderr is a file or a pipe nothing is
 written: the command's output says what happened. Redraws are at most ten a
 second, so a fast search does not spend its time writing to the terminal.
+The line itself is ``costmodel.progress.StatusLine``, shared with studies and profiling.
 """
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-REDRAW_S = 0.1
-"""Shortest time between two redraws."""
+from costmodel.progress import REDRAW_S, StatusLine, clock
 
-
-def clock(seconds: float) -> str:
-    """``1:02:03`` / ``2:03`` style durations."""
-    s = int(round(seconds))
-    h, rest = divmod(s, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-def redraw(stream: TextIO, text: str) -> None:
-    """Replace the terminal's current line with ``text``, cut to the terminal's width."""
-    width = shutil.get_terminal_size().columns - 1  # the last column would wrap on some terminals
-    stream.write("\r\033[K" + text[:max(width, 20)])
-    stream.flush()
+__all__ = ["REDRAW_S", "SearchProgress", "clock"]
 
 
 class SearchProgress:
@@ -49,7 +35,7 @@ class SearchProgress:
     def __init__(self, stream: TextIO, live: bool | None = None,
                  now: Callable[[], float] = time.monotonic) -> None:
         self.stream, self._now = stream, now
-        self.live = bool(getattr(stream, "isatty", lambda: False)()) if live is None else live
+        self._line = StatusLine(stream, live=live, now=now)
         self.begun = now()
         self.total_counts = 1
         self.counts_done = 0
@@ -57,7 +43,6 @@ class SearchProgress:
         self.trials = 0
         self.trials_total: int | None = None
         self.best: str = ""
-        self._drawn_at: float | None = None
 
     def counts(self, total: int) -> None:
         """A budget search over ``total`` GPU counts begins."""
@@ -94,18 +79,14 @@ class SearchProgress:
             parts.append(self.best)
         return "search: " + ", ".join(parts)
 
+    @property
+    def live(self) -> bool:
+        """Whether the line is drawn (stream a terminal, not ``--json``)."""
+        return self._line.live
+
     def draw(self, force: bool = False) -> None:
-        if not self.live:
-            return
-        now = self._now()
-        if not force and self._drawn_at is not None and now - self._drawn_at < REDRAW_S:
-            return
-        redraw(self.stream, self.status_line())
-        self._drawn_at = now
+        self._line.show(self.status_line, force=force)
 
     def close(self) -> None:
         """Erase the status line so that the command's output starts on a clean line."""
-        if self.live and self._drawn_at is not None:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
-            self._drawn_at = None
+        self._line.close()

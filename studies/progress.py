@@ -1,8 +1,10 @@
 """Progress of a study on stderr: problems done / total, a bar, elapsed time, ETA and the last problem finished.
 
-On a terminal it is one status line, redrawn in place and cut to the
-terminal's width; when stderr is not a terminal (CI logs, files, pipes) nothing
-is written: the command's summary on stdout says what happened. The ETA assumes
+On a terminal it is one status line (``costmodel.progress.StatusLine``, shared
+with search and profiling), redrawn in place at most ten times a second, cut
+to the terminal's width and left on screen at the end as the run's last
+state; when stderr is not a terminal (CI logs, files, pipes) nothing is
+written: the command's summary on stdout says what happened. The ETA assumes
 the problems left take as long on average as the ones this run finished
 (problems found already done are not counted: they took no time).
 """
@@ -13,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from search.progress import clock as search_clock
-from search.progress import redraw
+from costmodel.progress import StatusLine
+from costmodel.progress import clock as _clock
 from studies.result import ProblemResult
 
 BAR_WIDTH = 24
@@ -22,7 +24,7 @@ BAR_WIDTH = 24
 
 def clock(seconds: float | None) -> str:
     """``1:02:03`` / ``2:03`` style durations; ``--:--`` when unknown."""
-    return "--:--" if seconds is None else search_clock(seconds)
+    return "--:--" if seconds is None else _clock(seconds)
 
 
 def summary(result: ProblemResult) -> str:
@@ -57,8 +59,7 @@ class Progress:
         self.solved = 0
         self.start = now()
         self.last = f"{done} already done, {total - done} to search"
-        self.live = bool(getattr(stream, "isatty", lambda: False)()) if live is None else live
-        self._drawn = False
+        self._line = StatusLine(stream, live=live, now=now)
         self.draw()
 
     @property
@@ -85,18 +86,18 @@ class Progress:
         self.draw()
 
     def note(self, text: str) -> None:
+        """Show ``text`` as the last event (drawn at once: a note often precedes a long wait)."""
         self.last = text
-        self.draw()
+        self.draw(force=True)
 
-    def draw(self) -> None:
-        if not self.live:
-            return
-        redraw(self.stream, self.status_line())
-        self._drawn = True
+    @property
+    def live(self) -> bool:
+        """Whether the line is drawn (stream a terminal)."""
+        return self._line.live
+
+    def draw(self, force: bool = False) -> None:
+        self._line.show(self.status_line, force=force)
 
     def close(self) -> None:
         """End the status line (it stays on screen as the run's last state)."""
-        if self.live and self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._drawn = False
+        self._line.close(keep=True)

@@ -40,6 +40,7 @@ from costmodel.profiling.design import (
 from costmodel.profiling.journal import Journal, check_session, rebuild
 from costmodel.profiling.kinds import OP_GROUPS, SAMPLED_DTYPES
 from costmodel.profiling.measure import TimingPolicy, measure
+from costmodel.progress import StatusLine
 from costmodel.specs.errors import SpecError, require_choice
 from costmodel.specs.runspec import RunSpec
 
@@ -172,10 +173,12 @@ def run_profile(config: SamplerConfig) -> SamplerReport:
     report = SamplerReport(out=out)
     compute = tuple(group for group in config.ops if group != "comm")
     share = len(compute) / len(config.ops)
+    progress = _Progress(config.progress, config.budget_s, start)
     try:
         if compute:
-            _sample_compute(config, journal, report, start, start + config.budget_s * share)
+            _sample_compute(config, journal, report, progress, start + config.budget_s * share)
     finally:
+        progress.close()  # erased before the collective sweep and the command's report
         if lead:
             report.profile = rebuild(out)
     if "comm" in config.ops:
@@ -211,7 +214,7 @@ def _session(config: SamplerConfig) -> dict[str, Any]:
     }
 
 
-def _sample_compute(config: SamplerConfig, journal: Journal, report: SamplerReport, start: float,
+def _sample_compute(config: SamplerConfig, journal: Journal, report: SamplerReport, progress: _Progress,
                     deadline: float) -> None:
     physics = _physics(config, journal, deadline)
     variants = {}
@@ -227,7 +230,6 @@ def _sample_compute(config: SamplerConfig, journal: Journal, report: SamplerRepo
     memory_limit = kernels.memory_limit_bytes(config.device)
     cap = max(1.0, config.budget_s * config.max_point_fraction)
     calls = config.policy.warmup + config.policy.min_repeats
-    progress = _Progress(config.progress, config.budget_s, start)
     last_rebuild = time.monotonic()
     for point in points:
         now = time.monotonic()
@@ -327,19 +329,19 @@ class _Schedule:
 
 
 class _Progress:
-    """One line on the progress stream at most every second."""
+    """The run's status line on a terminal (``costmodel.progress.StatusLine``); silent on files and pipes."""
 
     def __init__(self, stream: TextIO | None, budget_s: float, start: float) -> None:
-        self._stream, self._budget, self._start = stream, budget_s, start
-        self._shown = -math.inf
+        self._line, self._budget, self._start = StatusLine(stream), budget_s, start
 
     def show(self, point: SamplePoint, seconds: float, spread: float, report: SamplerReport) -> None:
-        now = time.monotonic()
-        if self._stream is None or now - self._shown < 1.0:
-            return
-        self._shown = now
-        shape = ",".join(str(v) for v in point.shape)
-        print(f"parplan profile: {now - self._start:6.1f}/{self._budget:.0f} s  "
-              f"{sum(report.measured.values())} measured ({report.resumed} resumed, "
-              f"{report.too_slow} too slow)  {point.stream}({shape}) {seconds * 1e3:.3f} ms +-{spread:.0%}",
-              file=self._stream, flush=True)
+        def text() -> str:
+            shape = ",".join(str(v) for v in point.shape)
+            return (f"parplan profile: {time.monotonic() - self._start:6.1f}/{self._budget:.0f} s  "
+                    f"{sum(report.measured.values())} measured ({report.resumed} resumed, "
+                    f"{report.too_slow} too slow)  {point.stream}({shape}) {seconds * 1e3:.3f} ms +-{spread:.0%}")
+        self._line.show(text)
+
+    def close(self) -> None:
+        """Erase the line before the command prints its report."""
+        self._line.close()

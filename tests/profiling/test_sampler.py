@@ -115,7 +115,7 @@ def test_cli_run_then_fit_within_a_small_budget(tmp_path, cli, capsys):
     assert cli(["profile", "run", "--device", "cpu", "--ops", "gemm", "--budget-seconds", "5", "--out", out]) == 0
     assert time.monotonic() - start <= 5.0 + SLACK_S
     captured = capsys.readouterr()
-    assert "parplan profile:" in captured.err  # progress on stderr
+    assert "parplan profile:" not in captured.err  # capsys is no terminal: no progress line
     assert "operators measured in" in captured.out and f"next: parplan profile fit {out}" in captured.out
     assert cli(["profile", "fit", out]) == 0
     assert any(line.startswith("gemm_bf16") for line in capsys.readouterr().out.splitlines())

@@ -33,6 +33,7 @@ def test_counts_bar_and_eta_from_this_runs_pace(monkeypatch: pytest.MonkeyPatch)
     assert "3/10 problems (30%)" in line
     assert "elapsed 0:30" in line and "ETA 3:30" in line  # 7 left at 30 s each
     assert "a: 1.500 s/step, 1,234 tok/s/GPU, MFU 0.40, tp2 pp1" in line
+    now[0] += 1  # past the redraw limit
     progress.finished(_result("b", "invalid"), searched_here=False)
     assert _last_drawn(stream).endswith("b: invalid: no layout")
 
