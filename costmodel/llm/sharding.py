@@ -80,6 +80,9 @@ class ShardingSettings:
         Bytes per gradient element in the reduce-scatter (the reduce dtype).
     gather_bytes : int
         Bytes per parameter element in the all-gather (the parameter dtype).
+    copy_out_bytes : int
+        HBM bytes per parameter element copied on the compute stream after each all-gather, from
+        the gathered buffer into the parameters (0: the parameters are views of that buffer).
     """
 
     prefetch_layers: float = 1.0
@@ -88,6 +91,7 @@ class ShardingSettings:
     reshard_after_forward: bool | None = None
     reduce_bytes: int = 4
     gather_bytes: int = 2
+    copy_out_bytes: int = 0
 
 
 # FSDP2 (fully_shard) as torchtitan runs it. Forward: implicit prefetching, the next layer's
@@ -97,10 +101,14 @@ class ShardingSettings:
 # (pytorch/pytorch PR #128884). reshard_after_forward = not pp_enabled and reduce in fp32:
 # torchtitan torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy and
 # torchtitan/config/configs.py mixed_precision_reduce="float32" (commit b5bcd76).
-FSDP2: Final = ShardingSettings()
+# After each all-gather FSDP2 copies the gathered bf16 buffer into every parameter's unsharded
+# tensor on the compute stream (read 2 + write 2 bytes per element): _fsdp_collectives.py
+# foreach_all_gather_copy_out waits with current_stream().wait_event(all_gather_event), then
+# split_with_sizes_copy (torch/distributed/fsdp/_fully_shard, PyTorch 2.4+).
+FSDP2: Final = ShardingSettings(copy_out_bytes=4)
 
-# Megatron-FSDP: suggested_AG_prefetch_size = max(1e9, 2 x mean unit size) // 2 elements, buckets
-# added until it is reached (megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py
+# Megatron-FSDP (parameters are views of its bucket buffers, gathered in place):
+# suggested_AG_prefetch_size = max(1e9, 2 x mean unit size) // 2 elements, buckets added until it is reached (megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py
 # and param_and_grad_buffer.py all_gather_params, commit d98e8a6); gradients reduced in fp32
 # (Megatron DDP config grad_reduce_in_fp32 off, main grads fp32: kept at the FSDP2 figure).
 MEGATRON_FSDP: Final = ShardingSettings(prefetch_params=5e8, prefetch_whole_units=True,
@@ -108,8 +116,9 @@ MEGATRON_FSDP: Final = ShardingSettings(prefetch_params=5e8, prefetch_whole_unit
 
 # DeepSpeed ZeRO-3: stage3_prefetch_bucket_size = 5e7 elements fetched ahead of use, per
 # sub-module (deepspeed/runtime/zero/config.py prefetch_bucket_size; partitioned_param_coordinator.py
-# fetch_sub_module); parameters released after each sub-module's forward; gradients reduced in
-# the model dtype, bf16 (deepspeed/runtime/engine.py communication_data_type), commit edaa722.
+# fetch_sub_module), into a flat buffer the parameters then view (partition_parameters.py
+# param.data = narrow of the gathered tensor); released after each sub-module's forward; gradients
+# reduced in the model dtype, bf16 (deepspeed/runtime/engine.py communication_data_type), commit edaa722.
 DEEPSPEED_ZERO3: Final = ShardingSettings(prefetch_params=5e7, prefetch_whole_units=False,
                                           reshard_after_forward=True, reduce_bytes=2)
 
@@ -125,8 +134,11 @@ def sharding_settings(run: Any) -> ShardingSettings:
     framework = getattr(run, "framework", None)
     if framework is None:
         return FSDP2
+    by_layers = replace(FSDP2, prefetch_layers=float(framework.fsdp_prefetch_layers))
+    if framework.fsdp_implementation != "fsdp2":  # GSPMD: XLA gathers into the buffer the layer reads
+        by_layers = replace(by_layers, copy_out_bytes=0)
     base = {"megatron-fsdp": MEGATRON_FSDP, "deepspeed-zero3": DEEPSPEED_ZERO3}.get(
-        framework.fsdp_implementation, replace(FSDP2, prefetch_layers=float(framework.fsdp_prefetch_layers)))
+        framework.fsdp_implementation, by_layers)
     return replace(base, reduce_bytes=framework.grad_reduce_bytes)
 
 

@@ -41,6 +41,7 @@ from costmodel.llm.sharding import (
     sharding_settings,
     zero3_microbatch_seconds,
 )
+from costmodel.ops import memory_op
 from costmodel.specs.layout import stage_layer_counts
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
@@ -103,7 +104,8 @@ def _collective(timer: OperatorTimer, op: str, message_bytes: float, placement: 
     key = (op, float(message_bytes), placement, gpu)
     hit = entry[1].get(key)
     if hit is None:
-        hit = entry[1][key] = float(collective_seconds(op, message_bytes, placement, gpu, _intra(timer)))
+        hit = entry[1][key] = float(collective_seconds(op, message_bytes, placement, gpu, _intra(timer))) \
+            * timer.collective_factor
     return hit
 
 
@@ -189,9 +191,19 @@ def _zero3_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, laye
         scatter += share * _sync(timer, "reduce_scatter", per_layer * settings.reduce_bytes, g, replicate, gpu)
         total_params += params
     prefetch = prefetch_layers(settings, total_params / n)
-    total = zero3_microbatch_seconds(n, stage.forward_s, stage.backward_s, gather, scatter, prefetch,
-                                     backward_gathers(settings, s.pp, recompute_policy(run)))
+    gathers = backward_gathers(settings, s.pp, recompute_policy(run))
+    copy = _copy_out_seconds(timer, total_params / n, settings.copy_out_bytes)  # per gather, on the compute stream
+    forward, backward = stage.forward_s + n * copy, stage.backward_s + n * gathers * copy
+    total = zero3_microbatch_seconds(n, forward, backward, gather, scatter, prefetch, gathers)
     return max(0.0, total - stage.forward_s - stage.backward_s)
+
+
+def _copy_out_seconds(timer: OperatorTimer, layer_params: float, bytes_per_param: int) -> float:
+    """One layer's post-all-gather copy into its parameters, a streaming memory-bound kernel (0: none)."""
+    if bytes_per_param <= 0 or layer_params <= 0:
+        return 0.0
+    op = memory_op("fsdp_copy_out.fwd", "fwd", layer_params, layer_params * bytes_per_param)
+    return float(timer.time_ops([op]).seconds[0])
 
 
 def _zero2_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: int | None = None) -> float:

@@ -132,3 +132,19 @@ def test_unfused_attention_is_one_batched_gemm_per_product() -> None:
     # FLOPs as batch separate products: 2 x (scores + values) x 3 (fwd, dgrad, wgrad)
     per_pair = 2.0 * run.seq_length * run.seq_length * (run.model.head_dim + run.model.v_head_dim)
     assert sum(op.total_flops for op in ops) == pytest.approx(3 * batch * per_pair)
+
+
+def test_fsdp2_copy_out_runs_on_the_compute_stream_only_for_fsdp2() -> None:
+    """FSDP2 copies each gathered layer into its parameters on the compute stream; Megatron-FSDP,
+    DeepSpeed and GSPMD gather into buffers the parameters view."""
+    from costmodel.llm.sharding import DEEPSPEED_ZERO3, FSDP2, MEGATRON_FSDP, sharding_settings
+
+    assert FSDP2.copy_out_bytes == 4 and MEGATRON_FSDP.copy_out_bytes == 0 == DEEPSPEED_ZERO3.copy_out_bytes
+    titan = _run(recompute="none", mode=None)
+    assert sharding_settings(titan).copy_out_bytes == 4
+    gspmd = replace(titan, framework=replace(titan.framework, fsdp_implementation="gspmd"))
+    assert sharding_settings(gspmd).copy_out_bytes == 0
+    timer = timer_for(get_gpu("a100-sxm4-80gb"))
+    with_copy = predict_step(titan, timer).breakdown["dp_comm_exposed_s"]
+    without = predict_step(gspmd, timer).breakdown["dp_comm_exposed_s"]
+    assert with_copy > without
