@@ -8,7 +8,7 @@ commit d98e8a64ddf34856e74b24714e3bedb2f5a39553 (``compute_weight_and_optimizer_
 stage (the rank Megatron calls most loaded): weights + gradients + optimizer, transformer-layer
 activations, and the total. Part B: both against every published per-GPU memory figure with a
 complete config found (Korthikanti et al. 2022 Figure 1, ``shared/validation/memory_figures.yaml``
-or the copy beside ``tests/constraints``).
+or the copy beside ``tests/constraints``; the ZeRO paper's Figure 1 model states per ZeRO stage).
 
 Errors are parplan / reference - 1. Targets: within 3% of Megatron on the terms both model the
 same way (each row's ``same_terms``), within 5% of a published figure. Where a term differs the row says
@@ -266,6 +266,33 @@ def _korthikanti_run(entry: dict[str, Any], recompute: str, sp: bool) -> RunSpec
     return _run(model, entry["num_gpus"], strategy, gpu="a100-sxm4-80gb")
 
 
+ZERO: Final = ("Rajbhandari et al. 2020 (arXiv 1910.02054) Figure 1: model states of a 7.5B-parameter model on "
+                "64 GPUs with mixed-precision Adam (K = 12): 120, 31.4, 16.6 and 1.9 GB for the baseline, P_os, "
+                "P_os+g and P_os+g+p (decimal GB)")
+ZERO_PARAMS: Final = 7.5e9
+ZERO_GPUS: Final = 64
+ZERO_FIGURES_GB: Final = {0: 120.0, 1: 31.4, 2: 16.6, 3: 1.9}
+
+
+def compare_zero() -> list[Published]:
+    """ZeRO Figure 1: parplan's model-state bytes per parameter under DeepSpeed ZeRO stage 0-3, times 7.5B.
+
+    Any dense model serves (the figure counts bytes per parameter).
+    """
+    from constraints.memory import model_state_bytes, params_on_gpu
+
+    out = []
+    for stage, gb in ZERO_FIGURES_GB.items():
+        run = run_spec_from_mapping({"model": "llama3.1-8b", "seq_length": 2048, "framework": "deepspeed",
+                                     "cluster": {"gpu": "a100-sxm4-80gb", "num_gpus": ZERO_GPUS},
+                                     "strategy": {"dp": ZERO_GPUS, "zero_stage": stage, "global_batch_size": 64}})
+        per_param = sum(model_state_bytes(run, 0)[:3]) / sum(params_on_gpu(run, 0))
+        # Megatron's formula (fp32 main grads, no ZeRO-2/3) is not DeepSpeed's setting: no Megatron column.
+        out.append(Published(ZERO, "zero-7.5b", f"model states (ZeRO stage {stage})", gb * 1e9 / GiB,
+                             per_param * ZERO_PARAMS / GiB, None))
+    return out
+
+
 def _figures_file() -> Path | None:
     return next((p for p in FIGURES if p.is_file()), None)
 
@@ -278,10 +305,10 @@ def _layer_states_megatron(run: RunSpec) -> float:
 
 def compare_published() -> list[Published]:
     """Part B rows (empty when no figures file is found)."""
+    out = compare_zero()
     path = _figures_file()
     if path is None:
-        return []
-    out = []
+        return out
     for entry in yaml.safe_load(path.read_text(encoding="utf-8")):
         name = entry["model"]["name"]
         base = _korthikanti_run(entry, "none", False)
@@ -338,8 +365,8 @@ def print_report(rows: list[Row], published: list[Published], out: Any = sys.std
         meg = "-" if p.megatron_gib is None else f"{p.megatron_gib:9.2f}"
         print(f"{p.label:14} {p.term:34} {p.published_gib:9.2f} {p.parplan_gib:9.2f} {_pct(p.parplan_error):>8} "
               f"{meg:>9} {_pct(p.megatron_error):>8}", file=out)
-    if published:
-        print(f"  source: {published[0].source}", file=out)
+    for source in dict.fromkeys(p.source for p in published):
+        print(f"  source: {source}", file=out)
     s = summary(rows, published)
     print(file=out)
     print(f"same-term rows vs Megatron: max |error| {_pct(s['megatron_same_terms_max_abs_error'])} "

@@ -32,7 +32,8 @@ from costmodel.specs.gpu import ClusterSpec, GPUSpec
 from costmodel.specs.model import ModelSpec
 from costmodel.comm.placement import scale_up_domain_size
 from costmodel.specs.runspec import RunSpec
-from costmodel.specs.strategy import MOE_DISPATCHERS, PRECISIONS, RECOMPUTE, ZERO_STAGES, Strategy, pipeline_layers
+from costmodel.specs.layout import pipeline_splits
+from costmodel.specs.strategy import MOE_DISPATCHERS, PRECISIONS, RECOMPUTE, ZERO_STAGES, Strategy
 
 MOE_KNOBS: tuple[str, ...] = ("moe_token_dispatcher", "moe_shared_expert_overlap", "moe_a2a_overlap")
 """MoE knobs searched for MoE models on a Megatron-Core framework (else the framework's default);
@@ -40,15 +41,23 @@ layout knobs, since which are legal depends on ep, pp and vpp (``constraints.rul
 EXCHANGE_KNOBS: tuple[str, ...] = ("cp_comm_type", "hsdp_shard_size")
 """How CP exchanges K/V and how many data-parallel ranks one ZeRO shard spans (HSDP): layout knobs,
 since which are legal depends on tp, cp, dp and the framework."""
+SPLIT_KNOB = "pipeline_split"
+"""How the layers split over the pipeline ranks (``costmodel.specs.layout.SPLITS``): Megatron-Core's
+first/last-stage counts or embedding/loss accounting where the layers do not split evenly, so that
+such pp and vpp are offered rather than pruned. A layout knob standing for the ``Strategy`` fields
+``first_stage_layers``/``last_stage_layers`` or ``account_for_embedding``/``account_for_loss``."""
 LAYOUT_KNOBS: tuple[str, ...] = ("tp", "pp", "cp", "dp", "micro_batch_size", "vpp", "ep", "sequence_parallel",
-                                 "etp") + MOE_KNOBS + EXCHANGE_KNOBS
+                                 "etp") + MOE_KNOBS + EXCHANGE_KNOBS + (SPLIT_KNOB,)
 """Layout knobs in the order a sampler picks them (``dp`` is derived, never sampled; ``etp`` is the
 expert-TP size, ``tp`` where the strategy leaves it unset; an unset MoE knob is the framework's default)."""
 SEARCHED_SETTINGS: tuple[str, ...] = ("recompute", "zero_stage", "precision")
 SWITCHES: tuple[str, ...] = ("flash_attention", "allow_tp_across_nodes", "tp_comm_overlap",
                              "overlap_grad_reduce", "overlap_param_gather")
 """Launch switches: fixed at the ``Strategy`` defaults unless the user fixes or allows them."""
-KNOBS: tuple[str, ...] = LAYOUT_KNOBS + SEARCHED_SETTINGS + SWITCHES
+KNOBS: tuple[str, ...] = tuple(k for k in LAYOUT_KNOBS if k != SPLIT_KNOB) + SEARCHED_SETTINGS + SWITCHES
+"""Knobs that are ``Strategy`` fields (``SPLIT_KNOB`` stands for several, so it is fixed or allowed
+through ``FIXABLE`` only)."""
+FIXABLE: tuple[str, ...] = KNOBS + (SPLIT_KNOB,)
 _INT_KNOBS = frozenset({"tp", "pp", "cp", "dp", "ep", "etp", "vpp", "micro_batch_size", "zero_stage",
                         "hsdp_shard_size"})
 _BOOL_KNOBS = frozenset({"sequence_parallel", "moe_shared_expert_overlap", "moe_a2a_overlap", *SWITCHES})
@@ -63,9 +72,10 @@ _DEFAULTS = {f.name: f.default for f in fields(Strategy)}
 MAX_MEMORY_MARGIN = 0.9
 """Largest ``memory_margin`` (a fraction; 1 would leave no budget at all)."""
 
-Layout = tuple[int, int, int, int, int, int, int, bool, int, str, bool, bool, str, int]
+Layout = tuple[int, int, int, int, int, int, int, bool, int, str, bool, bool, str, int, str]
 """(tp, pp, cp, dp, micro_batch_size, vpp, ep, sequence_parallel, etp, moe_token_dispatcher,
-moe_shared_expert_overlap, moe_a2a_overlap, cp_comm_type, hsdp_shard_size), in ``LAYOUT_KNOBS`` order."""
+moe_shared_expert_overlap, moe_a2a_overlap, cp_comm_type, hsdp_shard_size, pipeline_split), in
+``LAYOUT_KNOBS`` order."""
 
 
 def divisors(n: int) -> list[int]:
@@ -82,8 +92,8 @@ def parse_knob_value(knob: str, text: str) -> Any:
     SpecError
         If ``knob`` is unknown or ``text`` is not a value of its type.
     """
-    if knob not in KNOBS:
-        raise SpecError("knob", knob, "one of " + ", ".join(KNOBS))
+    if knob not in FIXABLE:
+        raise SpecError("knob", knob, "one of " + ", ".join(FIXABLE))
     text = text.strip()
     if knob in _BOOL_KNOBS:
         lowered = text.lower()
@@ -183,11 +193,11 @@ class SearchProblem(SearchBounds):
         object.__setattr__(self, "fixed", _freeze(self.fixed))
         object.__setattr__(self, "allowed", tuple((k, tuple(v)) for k, v in _freeze(self.allowed)))
         for knob, _ in self.fixed:
-            if knob not in KNOBS:
-                raise SpecError("fix", knob, "a knob (" + ", ".join(KNOBS) + ")")
+            if knob not in FIXABLE:
+                raise SpecError("fix", knob, "a knob (" + ", ".join(FIXABLE) + ")")
         for knob, values in self.allowed:
-            if knob not in KNOBS:
-                raise SpecError("allow", knob, "a knob (" + ", ".join(KNOBS) + ")")
+            if knob not in FIXABLE:
+                raise SpecError("allow", knob, "a knob (" + ", ".join(FIXABLE) + ")")
             if not values:
                 raise SpecError(f"allow.{knob}", values, "at least one value")
         self.check_bounds()
@@ -262,10 +272,18 @@ def legal_cp(problem: SearchProblem, tp: int) -> list[int]:
 
 
 def legal_pp(problem: SearchProblem, tp: int, cp: int) -> list[int]:
-    """PP degrees that divide the remaining GPUs and split the layers (``pipeline_layers``)."""
+    """PP degrees that divide the remaining GPUs and split the layers in some way (``legal_splits``)."""
     rest = problem.num_gpus // (tp * cp)
-    out = [p for p in divisors(rest) if pipeline_layers(problem.model.num_layers, p) is not None]
+    layers, top = problem.model.num_layers, problem.max_vpp or problem.model.num_layers
+    out = [p for p in divisors(rest)
+           if any(legal_splits(problem, p, v) for v in range(1, min(top, max(layers // p, 1)) + 1))]
     return _bounded(out, problem.max_pp)
+
+
+def legal_splits(problem: SearchProblem, pp: int, vpp: int) -> list[str]:
+    """The ``SPLIT_KNOB`` values Megatron-Core builds for these degrees (``layout.pipeline_splits``)."""
+    m = problem.model
+    return _keep(problem, SPLIT_KNOB, list(pipeline_splits(m.num_layers, m.mtp_num_layers, pp, vpp)))
 
 
 def legal_micro_batch(problem: SearchProblem, dp: int) -> list[int]:
@@ -277,9 +295,14 @@ def legal_micro_batch(problem: SearchProblem, dp: int) -> list[int]:
 
 def legal_vpp(problem: SearchProblem, pp: int, num_microbatches: int) -> list[int]:
     """Virtual stages per rank: interleaving needs pp > 1, even chunks and micro-batches divisible by pp."""
-    if pp == 1 or num_microbatches % pp or problem.model.num_layers % pp:
+    layers = problem.model.num_layers
+    if pp == 1 or num_microbatches % pp:
         return [1]
-    return _bounded(divisors(problem.model.num_layers // pp), problem.max_vpp)
+    if layers % pp == 0:
+        return _bounded(divisors(layers // pp), problem.max_vpp)
+    # uneven: the interleaving degrees some first/last-stage or accounted split allows
+    return _bounded([v for v in range(1, layers // pp + 1) if v == 1 or legal_splits(problem, pp, v)],
+                    problem.max_vpp)
 
 
 def _folds(problem: SearchProblem) -> bool:
@@ -430,7 +453,8 @@ def _iter_layouts(problem: SearchProblem, allow_across_nodes: bool) -> Iterator[
         tp, cp, dp = lay[0], lay[2], lay[3]
         for exchange in legal_cp_comm_types(problem, tp, cp):
             for shard in legal_hsdp_shard_sizes(problem, tp, cp, dp):
-                yield (*lay, exchange, shard)
+                for split in legal_splits(problem, lay[1], lay[5]):
+                    yield (*lay, exchange, shard, split)
 
 
 def _degree_layouts(problem: SearchProblem, allow_across_nodes: bool) -> Iterator[tuple[Any, ...]]:
@@ -482,6 +506,11 @@ class StrategySpace:
         for knob in MOE_KNOBS:  # the framework's default stays unset, as a user writes it
             if knob in values and values[knob] == getattr(self.problem.framework, knob):
                 values[knob] = None
+        split = values.pop(SPLIT_KNOB, "even")
+        if split != "even":
+            m = self.problem.model
+            fields_of = pipeline_splits(m.num_layers, m.mtp_num_layers, values.get("pp", 1), values.get("vpp", 1))
+            values.update(fields_of.get(split, {}))
         return Strategy(global_batch_size=self.problem.global_batch_size, **values)
 
     def strategy_of(self, layout: Layout, setting: Sequence[Any]) -> Strategy:
@@ -517,8 +546,11 @@ class StrategySpace:
         """Legal strategies one move from ``strategy``: one knob changed (dp re-derived), or two
         parallel degrees traded by a factor of two at constant dp (tp/pp, tp/cp, pp/cp)."""
         moves: list[Strategy | None] = []
+        current = self.knobs_of(strategy)
         for knob, values in self.choices.items():
-            if knob != "dp":
+            if knob == SPLIT_KNOB:  # not a Strategy field: rebuilt from the space's knobs
+                moves += [self._with_split(current, v) for v in values if v != current[knob]]
+            elif knob != "dp":
                 moves += [change_knob(strategy, knob, v, self.problem.num_gpus) for v in values
                           if v != getattr(strategy, knob)]
         for up, down in itertools.permutations(("tp", "pp", "cp"), 2):
@@ -527,6 +559,12 @@ class StrategySpace:
                                          **{down: getattr(strategy, down) // 2}))
         legal = (s for s in moves if s is not None and s != strategy and self.contains(s))
         return list(dict.fromkeys(legal))
+
+    def _with_split(self, knobs: Mapping[str, Any], split: str) -> Strategy | None:
+        try:
+            return self.strategy({**knobs, SPLIT_KNOB: split})
+        except SpecError:
+            return None
 
     def knobs_of(self, strategy: Strategy) -> dict[str, Any]:
         """The searched knobs of ``strategy`` (layout and settings; switches only when they vary)."""
@@ -540,8 +578,20 @@ def knob_value(strategy: Strategy, knob: str, framework: Framework) -> Any:
     knob is the framework's default."""
     if knob == "etp":
         return strategy.expert_tensor_parallel_size
+    if knob == SPLIT_KNOB:
+        return pipeline_split_of(strategy)
     value = getattr(strategy, knob)
     return getattr(framework, knob) if knob in MOE_KNOBS and value is None else value
+
+
+def pipeline_split_of(strategy: Strategy) -> str:
+    """The ``SPLIT_KNOB`` value of ``strategy`` (``layout`` for an explicit layout string, which the space
+    does not generate)."""
+    if strategy.pipeline_layout is not None:
+        return "layout"
+    if strategy.account_for_embedding or strategy.account_for_loss:
+        return "accounted"
+    return "ends" if strategy.first_stage_layers is not None or strategy.last_stage_layers is not None else "even"
 
 
 def build_space(problem: SearchProblem) -> StrategySpace:
@@ -592,6 +642,8 @@ def change_knob(strategy: Strategy, knob: str, value: Any, num_gpus: int, **more
 
     Sequence parallelism is switched off when tp drops to 1 (it needs tp > 1).
     """
+    if knob == SPLIT_KNOB:  # not a Strategy field: StrategySpace.neighbours rebuilds it from the model
+        return None
     values = {knob: value, **more}
     tp, pp, cp = (values.get(k, getattr(strategy, k)) for k in ("tp", "pp", "cp"))
     if num_gpus % (tp * pp * cp):

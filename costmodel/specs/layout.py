@@ -251,6 +251,51 @@ def default_ends(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, int] | No
     return (first, last) if first >= 1 and last >= 1 else None
 
 
+SPLITS = ("even", "ends", "accounted")
+"""How a search may split the layers over the pipeline ranks: ``even`` (no layout knob: the even split, or
+:func:`default_ends` at vpp 1), ``ends`` (first/last-stage counts that also allow interleaving) and
+``accounted`` (the embedding and the loss counted as one layer each). The last two only where the layers
+do not split evenly over ``pp * vpp`` chunks, since elsewhere ``even`` already does."""
+
+
+def pipeline_splits(num_layers: int, mtp_layers: int, pp: int, vpp: int) -> dict[str, dict[str, int | bool]]:
+    """The ``SPLITS`` Megatron-Core builds for these degrees, each as the ``Strategy`` fields that select it."""
+    out: dict[str, dict[str, int | bool]] = {}
+    if not _layout(num_layers, mtp_layers, pp, vpp, None, None, None, False, False).problems:
+        out["even"] = {}
+    if pp < 2 or num_layers % (pp * vpp) == 0:
+        return out
+    ends = interleaved_ends(num_layers, pp, vpp)
+    if ends is not None and (vpp > 1 or "even" not in out):
+        out["ends"] = {"first_stage_layers": ends[0], "last_stage_layers": ends[1]}
+    accounted = _layout(num_layers, mtp_layers, pp, vpp, None, None, None, True, True)
+    offered = [_layout(num_layers, mtp_layers, pp, vpp, None, kw.get("first_stage_layers"),  # type: ignore[arg-type]
+                       kw.get("last_stage_layers"), False, False).chunks for kw in out.values()]  # type: ignore[arg-type]
+    if not accounted.problems and accounted.chunks not in offered:
+        out["accounted"] = {"account_for_embedding": True, "account_for_loss": True}
+    return out
+
+
+def interleaved_ends(num_layers: int, pp: int, vpp: int) -> tuple[int, int] | None:
+    """(first, last) stage layers, multiples of ``vpp``, that leave the middle ranks an even share divisible
+    by ``vpp`` (transformer_config.py's uneven-PP checks), with the smallest middle share at least as large
+    as either end (the ends also hold the embedding and the LM head); None where there is none."""
+    middle_ranks = pp - 2
+    if middle_ranks == 0:  # no middle: the two ends hold everything
+        last = (num_layers // 2) // vpp * vpp
+        first = num_layers - last
+        return (first, last) if last >= vpp and first % vpp == 0 else None
+    for middle in range(vpp, num_layers + 1, vpp):
+        rest = num_layers - middle * middle_ranks
+        if rest < 2 * vpp:
+            return None
+        last = (rest // 2) // vpp * vpp
+        first = rest - last
+        if first % vpp == 0 and first <= middle and last >= vpp:
+            return first, last
+    return None
+
+
 def _balanced(total: int, parts: int) -> list[int]:
     """``total`` split over ``parts`` as evenly as integers allow (the earlier parts take the remainder)."""
     q, r = divmod(max(total, 0), parts)

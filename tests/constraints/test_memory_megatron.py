@@ -61,3 +61,12 @@ def test_script_prints_the_table_and_json() -> None:
                                     check=True).stdout)
     assert out["summary"]["megatron_target_met"] is True
     assert len(out["megatron"]) == len(CONFIGS)
+
+
+def test_zero_paper_model_states_within_5_percent_at_every_stage() -> None:
+    # Rajbhandari et al. 2020 Figure 1 (7.5B, 64 GPUs, K = 12): the stages shard what the paper says they shard
+    from benchmarks.memory import PUBLISHED_TARGET, compare_zero
+    rows = compare_zero()
+    assert [r.term for r in rows] == [f"model states (ZeRO stage {z})" for z in range(4)]
+    assert all(abs(r.parplan_error) <= PUBLISHED_TARGET for r in rows), [(r.term, r.parplan_error) for r in rows]
+    assert rows[0].parplan_gib > rows[1].parplan_gib > rows[2].parplan_gib > rows[3].parplan_gib
