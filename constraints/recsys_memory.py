@@ -61,6 +61,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from costmodel.recsys.dense import dense_params
 from costmodel.recsys.plan import ShardingPlan, TableSharding
 from costmodel.specs.gpu import ClusterSpec, GiB
 from costmodel.specs.recsys import DTYPE_BYTES, DLRMSpec, EmbeddingTable
@@ -178,18 +179,6 @@ def table_rank_bytes(table: EmbeddingTable, sharding: TableSharding, world_size:
     np.add.at(out, list(ranks), shard_term_bytes(table, sharding.sharding_type, sharding.compute_kernel, len(ranks),
                                                  world_size, batch_size, gpus_per_node, caching_ratio))
     return out
-
-
-def dense_params(spec: DLRMSpec) -> int:
-    """Parameters of the bottom MLP, the DCN-v2 cross layers and the top MLP (weights and biases)."""
-    def mlp(widths: tuple[int, ...]) -> int:
-        return sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
-
-    width = spec.interaction_width
-    cross = 0
-    if spec.interaction == "dcnv2":  # low-rank cross layer: U (w x r), V (r x w), bias w
-        cross = spec.dcn_num_layers * (2 * width * spec.dcn_low_rank_dim + width)
-    return mlp(spec.bottom_mlp) + cross + mlp((width, *spec.top_mlp))
 
 
 def dense_bytes(spec: DLRMSpec, world_size: int) -> tuple[float, float]:

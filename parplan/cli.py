@@ -172,9 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--profile", metavar="DIR", default=None, help="use this profile directory for every run")
     val.set_defaults(func=cmd_validate)
 
-    from parplan import cli_profile, cli_replay, cli_search, cli_study
+    from parplan import cli_profile, cli_recsys, cli_replay, cli_search, cli_study
 
     cli_search.register(sub)
+    cli_recsys.route(pred, cli_recsys.cmd_predict)  # DLRM run specs (recsys: block) go to cli_recsys
+    cli_recsys.route(sub.choices["search"], cli_recsys.cmd_search)
     cli_study.register(sub)
     cli_profile.register(sub)
     cli_replay.register(sub)

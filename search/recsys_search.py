@@ -14,6 +14,9 @@ Memory prunes before time, with the project's one mechanism for infeasible candi
 (search/README.md): a plan that does not fit gets no step-time evaluation; its trial returns
 ``inf`` and sets the Optuna constraint ``violation`` (GiB over the fullest rank's usable memory).
 The step time is the slowest rank's critical path, from the evaluator (``costmodel.recsys``).
+Where one evaluation is slow (hundreds of tables on tens of GPUs: about 2 s each at 500 tables on 64
+GPUs), steps 1 and 2 are screened with the proposals' bandwidth proxy and only the best few plans are
+priced by the cost model before step 3 (``screen``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ RankSeconds = Callable[[ShardingPlan], np.ndarray]
 CONSTRAINT = "violation"
 BIG_KINDS = ("row_wise", "table_row_wise", "column_wise")
 CW_SHARDS = (2, 4, 8)
+SCREEN_ABOVE_S = 0.25
+"""Seconds of one cost-model evaluation above which the search screens with the proxy first."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,9 @@ class PlanSearchResult:
     warm_starts: tuple[Candidate, ...]
     evaluations: int
     seconds: float
+    screened: bool = False
+    """Whether warm starts and trials were ranked by the bandwidth proxy (their ``step_seconds`` are the
+    proxy's then) and only the finalists and the local search by the cost model."""
 
 
 def proxy_rank_seconds(spec: DLRMSpec, cluster: ClusterSpec) -> RankSeconds:
@@ -170,6 +178,8 @@ def local_search(evaluate: PlanEvaluator, start: Candidate, max_evaluations: int
         if ranks is None:
             return best
         for plan in _moves(evaluate.spec, best.plan, ranks, evaluate.cluster, limit):
+            if plan in evaluate.cache:
+                continue
             step, over, _ = evaluate(plan)
             tried += 1
             if step < best.step_seconds * (1 - 1e-9):
@@ -183,9 +193,14 @@ def local_search(evaluate: PlanEvaluator, start: Candidate, max_evaluations: int
 
 
 def search_plans(spec: DLRMSpec, cluster: ClusterSpec, rank_seconds: RankSeconds | None = None, *,
-                 world_size: int | None = None, n_trials: int = 30, seed: int = 0,
-                 local_evaluations: int = 300, local_seconds: float = 30.0) -> PlanSearchResult:
-    """The fastest plan that fits ``cluster`` (module docstring); ``rank_seconds`` defaults to parplan's model."""
+                 world_size: int | None = None, n_trials: int = 30, seed: int = 0, screen: bool | None = None,
+                 finalists: int = 4, local_evaluations: int = 100, local_seconds: float = 20.0) -> PlanSearchResult:
+    """The fastest plan that fits ``cluster`` (module docstring); ``rank_seconds`` defaults to parplan's model.
+
+    ``screen``: rank the warm starts and trials with the bandwidth proxy (``proxy_rank_seconds``) and price only
+    the best ``finalists`` with ``rank_seconds`` before the local search; None decides by the cost of one
+    ``rank_seconds`` call (above :data:`SCREEN_ABOVE_S`: hundreds of tables on tens of GPUs).
+    """
     import optuna
 
     started = time.monotonic()
@@ -193,13 +208,21 @@ def search_plans(spec: DLRMSpec, cluster: ClusterSpec, rank_seconds: RankSeconds
     if rank_seconds is None:
         rank_seconds = parplan_rank_seconds(spec, cluster)
     evaluate = PlanEvaluator(spec, cluster, rank_seconds)
-    starts = tuple(evaluate.candidate(name, plan) for name, plan in warm_starts(spec, cluster, world, seed).items())
+    proposals = warm_starts(spec, cluster, world, seed)
+    if screen is None:
+        probe = next((p for p in proposals.values() if plan_memory(spec, cluster, p).fits), None)
+        tick = time.monotonic()
+        if probe is not None:
+            evaluate(probe)
+        screen = time.monotonic() - tick > SCREEN_ABOVE_S
+    scout = PlanEvaluator(spec, cluster, proxy_rank_seconds(spec, cluster)) if screen else evaluate
+    starts = tuple(scout.candidate(name, plan) for name, plan in proposals.items())
 
     plans: dict[int, ShardingPlan] = {}
 
     def objective(trial) -> float:
         plan = plans[trial.number] = knob_plan(spec, cluster, world, _suggest(trial, spec))
-        step, over, _ = evaluate(plan)
+        step, over, _ = scout(plan)
         trial.set_user_attr("over_gib", over)
         trial.set_constraint(CONSTRAINT, over)
         return step
@@ -212,23 +235,35 @@ def search_plans(spec: DLRMSpec, cluster: ClusterSpec, rank_seconds: RankSeconds
     study = optuna.create_study(direction="minimize", sampler=sampler)
     if n_trials:
         study.optimize(objective, n_trials=n_trials)
-    trials = [evaluate.candidate(f"optuna#{number}", plan) for number, plan in plans.items()]
+    trials = [scout.candidate(f"optuna#{number}", plan) for number, plan in plans.items()]
     pool = sorted((*starts, *trials), key=lambda c: (not c.fits, c.step_seconds, c.over_gib))
+    if screen:
+        distinct = list({c.plan: c for c in reversed(pool)}.values())[::-1]  # best first, each plan once
+        pool = sorted((evaluate.candidate(c.name, c.plan) for c in distinct[:finalists]),
+                      key=lambda c: (not c.fits, c.step_seconds, c.over_gib))
     best = pool[0]
     if best.fits:
         best = local_search(evaluate, best, local_evaluations, time.monotonic() + local_seconds)
-    return PlanSearchResult(best, starts, len(evaluate.cache), time.monotonic() - started)
+    return PlanSearchResult(best, starts, len(evaluate.cache), time.monotonic() - started, screened=screen)
+
+
+def parplan_rank_times(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan) -> list[dict[str, float]]:
+    """Each rank's critical path from parplan's DLRM cost model (``costmodel.recsys.step.plan_step_seconds``),
+    as ``{component: seconds, ..., "total": seconds}`` per rank (``total`` includes the exposed communication)."""
+    from costmodel.recsys.step import plan_step_seconds
+
+    return [{"lookup_fwd": r.lookup_fwd_s, "lookup_bwd": r.lookup_bwd_s, "dense_fwd": r.dense_fwd_s,
+             "dense_bwd": r.dense_bwd_s, "dense_optimizer": r.dense_optimizer_s, "exposed_comm": r.exposed_comm_s,
+             "total": r.total_s} for r in plan_step_seconds(spec, cluster, plan).ranks]
 
 
 def parplan_rank_seconds(spec: DLRMSpec, cluster: ClusterSpec) -> RankSeconds:
-    """Per-rank critical path from parplan's DLRM cost model (``costmodel.recsys``)."""
-    from costmodel.recsys import plan_step_seconds  # type: ignore[attr-defined]
-
+    """:data:`RankSeconds` of parplan's DLRM cost model (the total of :func:`parplan_rank_times`)."""
     def evaluate(plan: ShardingPlan) -> np.ndarray:
-        return np.array([r.total_seconds for r in plan_step_seconds(spec, cluster, plan).ranks])
+        return np.array([r["total"] for r in parplan_rank_times(spec, cluster, plan)])
 
     return evaluate
 
 
 __all__ = ["Candidate", "PlanEvaluator", "PlanSearchResult", "knob_plan", "local_search", "parplan_rank_seconds",
-           "proxy_rank_seconds", "search_plans"]
+           "parplan_rank_times", "proxy_rank_seconds", "search_plans"]
