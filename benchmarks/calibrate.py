@@ -26,9 +26,13 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from constraints import check  # noqa: E402
 from costmodel.predict import timer_for  # noqa: E402
 from costmodel.specs import run_spec_from_mapping  # noqa: E402
+from costmodel.specs.framework import framework_for_label  # noqa: E402
+from costmodel.specs.runspec import RunSpec  # noqa: E402
 from costmodel.llm.step import predict_step  # noqa: E402
+from studies.validate import nearest_fitting_completion  # noqa: E402
 
 SCALES = np.round(np.arange(0.90, 1.30001, 0.01), 3)
 
@@ -38,12 +42,28 @@ def group_of(run_id: str) -> str:
     return run_id.split("-")[0]
 
 
+def validated_run(entry: dict) -> RunSpec:
+    """The run ``parplan validate`` predicts for ``entry``: under the framework its ``framework``
+    label names (the run's own wins), completed with the nearest fitting unstated knobs when it
+    does not fit (``studies.validate``), so the factor is fitted on the predictions validate reports."""
+    data = entry["run"]
+    name = framework_for_label(entry.get("framework"))
+    if isinstance(data, dict) and "framework" not in data and name is not None:
+        data = {**data, "framework": name}
+    run = run_spec_from_mapping(data, ROOT / "studies" / "validation")
+    if entry.get("unstated") and not check(run).fits:
+        found = nearest_fitting_completion(run, entry["unstated"])
+        if found is not None:
+            run = found[0]
+    return run
+
+
 def predictions(entries: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     """Step time of every run at every grid scale [run, scale], and each run's share of named overheads."""
     out = np.zeros((len(entries), len(SCALES)))
     named = np.zeros(len(entries))
     for i, entry in enumerate(entries):
-        run = run_spec_from_mapping(entry["run"])
+        run = validated_run(entry)
         timer = timer_for(run.cluster.gpu)
         for j, scale in enumerate(SCALES):
             out[i, j] = predict_step(run, timer, float(scale)).step_time_s
