@@ -32,8 +32,11 @@ def catalog_reference(gpu: GPUSpec) -> GPUSpec:
 
 @lru_cache(maxsize=32)
 def _timer(gpu: GPUSpec, profile_dir: str | None) -> OperatorTimer:
+    from costmodel.profiles.factors import read_factor_profile
     from costmodel.profiles.profile import builtin_profile, device_mismatch, load_profile
 
+    if profile_dir is not None and (factors := read_factor_profile(profile_dir)) is not None:
+        return _factored(gpu, factors)
     profile = load_profile(profile_dir) if profile_dir is not None else builtin_profile(gpu.name)
     from costmodel.predictors import fitted_profile  # scikit-learn: only once the profile is known good
     if profile is None:
@@ -44,6 +47,16 @@ def _timer(gpu: GPUSpec, profile_dir: str | None) -> OperatorTimer:
     # (one fit whatever the overrides) and the timer scales their times to the overridden ones.
     reference = catalog_reference(gpu)
     return OperatorTimer(gpu, fitted_profile(profile, reference), reference=reference)
+
+
+def _factored(gpu: GPUSpec, factors: Any) -> OperatorTimer:
+    """The base profile's timer with a trace-fitted factor profile's family factors (``parplan replay fit``)."""
+    from costmodel.factored_timing import factored_timer
+
+    if factors.device != gpu.name:
+        warnings.warn(f"factor profile {factors.name!r} was fitted against parplan's {factors.device!r} times, not "
+                      f"the run's GPU {gpu.name!r}: its factors are applied as they are", ParplanWarning, stacklevel=3)
+    return factored_timer(_timer(gpu, factors.base_profile), factors)
 
 
 def _profile_warnings(timer: OperatorTimer, gpu: GPUSpec) -> list[str]:

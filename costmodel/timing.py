@@ -187,6 +187,11 @@ class OperatorTimer:
         return self.predictors is not None and family in self.predictors.families
 
     @property
+    def collective_factor(self) -> float:
+        """Multiplier of every collective's time: 1 (``costmodel.factored_timing`` sets a trace-fitted one)."""
+        return 1.0
+
+    @property
     def has_collectives(self) -> bool:
         return self.predictors is not None and any(f.startswith("nccl") for f in self.predictors.families)
 

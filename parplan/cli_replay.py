@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from costmodel.specs.errors import SpecError
@@ -17,12 +18,22 @@ def register(subparsers: Any) -> None:
         "replay", help="replay a PyTorch profiler trace; what-if edits of it",
         description="Build the execution graph of one or several ranks' Kineto traces (.json / .json.gz), "
                     "replay every ProfilerStep and print measured vs replayed time, the breakdown and the "
-                    "critical path. --what-if edits the graph first.")
-    rep.add_argument("traces", nargs="+", metavar="TRACE", help="one trace per rank")
+                    "critical path. --what-if edits the graph first. `parplan replay fit TRACE... --gpu GPU "
+                    "--out DIR` instead fits per-family correction factors of parplan's operator times to the "
+                    "trace's kernels and writes them as a profile that predict, search and study take with "
+                    "--profile DIR.")
+    rep.add_argument("traces", nargs="+", metavar="TRACE", help="one trace per rank (after `fit`: traces to fit)")
     rep.add_argument("--what-if", default=None, metavar="EDITS",
                      help="comma-separated edits: gemm|attention|conv|elementwise|collective|memcpy|memset=FACTOR "
                           "(time x FACTOR), network=FACTOR (bandwidth x FACTOR), dp=FACTORx, layers=+N|-N, "
-                          "sync=none|stream|host")
+                          "sync=none|stream|host, gpu=CATALOG_GPU (recognised operators' kernels at parplan's "
+                          "times for that GPU)")
+    rep.add_argument("--plot", default=None, metavar="PNG", help="write a timeline and breakdown PNG here")
+    rep.add_argument("--gpu", default=None, help="fit: the catalog GPU whose parplan times are compared")
+    rep.add_argument("--profile", default=None, metavar="DIR",
+                     help="fit: compare with this profile's times (default the GPU's built-in profile); "
+                          "with --what-if gpu=...: time operators with it")
+    rep.add_argument("--out", default=None, metavar="DIR", help="fit: the factor profile directory to write")
     rep.add_argument("--json", action="store_true", help="print only JSON")
     rep.set_defaults(func=cmd_replay)
 
@@ -42,6 +53,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from costmodel.replay.parse import read_trace
     from costmodel.replay.simulate import simulate
 
+    if args.traces[0] == "fit":  # `parplan replay fit TRACE...` (a trace named fit: ./fit)
+        return cmd_fit(args)
+    for flag in ("gpu", "out"):
+        if getattr(args, flag) is not None:
+            raise SpecError(f"--{flag}", getattr(args, flag), "only with `parplan replay fit`")
     edits = parse_what_if(args.what_if) if args.what_if is not None else None  # before any file is read
     traces = [read_trace(path) for path in args.traces]
     ranks = [t.rank for t in traces]
@@ -52,10 +68,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise SpecError("traces", ", ".join(args.traces), "traces with ProfilerStep#N spans "
                         "(torch.profiler with a schedule and prof.step())")
     baseline = simulate(graph)
-    result = simulate(apply_what_if(graph, edits)) if edits else baseline
+    edited = apply_what_if(graph, edits, traces, args.profile) if edits else graph
+    result = simulate(edited) if edits else baseline
     rows = [_iteration(it, base if edits else None) for it, base in zip(result.iterations, baseline.iterations)]
     out = {"iterations": rows, "unplaced": dict(graph.unplaced), "unplaced_gpu_fraction": graph.unplaced_gpu_fraction(),
-           "weakly_placed": dict(graph.weakly_placed), "what_if": args.what_if}
+           "weakly_placed": dict(graph.weakly_placed), "what_if": args.what_if, "notes": edited.notes}
+    if args.plot is not None:
+        from costmodel.replay.plot import plot_replay
+
+        out["plot"] = str(plot_replay(edited, result, args.plot, title=", ".join(args.traces)[:100]))
     if args.json:
         print(dumps(out))
         return EXIT_OK
@@ -73,7 +94,55 @@ def cmd_replay(args: argparse.Namespace) -> int:
     unplaced = sum(graph.unplaced.values())
     print(f"unplaced: {unplaced} events" + (" (" + "; ".join(f"{k}: {v}" for k, v in
                                                            graph.unplaced.most_common(4)) + ")" if unplaced else ""))
+    for note in edited.notes:
+        print(f"what-if: {note}")
+    if args.plot is not None:
+        print(f"wrote {out['plot']}")
     if graph.weakly_placed:
         print(f"placed by stream order only (launch call not in the trace): {sum(graph.weakly_placed.values())} "
               f"GPU ops")
+    return EXIT_OK
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    """``parplan replay fit``: factors of parplan's times against the traces' kernels, written to --out."""
+    from costmodel.predict import timer_for
+    from costmodel.replay.fit import fit_factors, save_fit
+    from costmodel.replay.operators import trace_operators
+    from costmodel.replay.parse import read_trace
+    from costmodel.specs.catalog import get_gpu
+
+    paths = args.traces[1:]
+    if not paths:
+        raise SpecError("replay fit", "", "one or more traces: parplan replay fit TRACE... --gpu GPU --out DIR")
+    if args.gpu is None or args.out is None:
+        raise SpecError("--gpu" if args.gpu is None else "--out", None, "a catalog GPU and an output directory "
+                        "(parplan replay fit TRACE... --gpu GPU --out DIR)")
+    if args.what_if is not None or args.plot is not None:
+        raise SpecError("--what-if" if args.what_if is not None else "--plot", args.what_if or args.plot,
+                        "not with `parplan replay fit`")
+    gpu = get_gpu(args.gpu)
+    timer = timer_for(gpu, args.profile)
+    if hasattr(timer, "factors"):
+        raise SpecError("--profile", args.profile, "a profile of measured tables, not a factor profile")
+    traces = [trace_operators(read_trace(path)) for path in paths]
+    fit = fit_factors(traces, [str(p) for p in paths], timer,
+                      None if args.profile is None else str(Path(args.profile).resolve()))
+    directory = save_fit(fit, args.out)
+    out = {**fit.to_dict(), "out": str(directory)}
+    if args.json:
+        print(dumps(out))
+        return EXIT_OK
+    print(f"parplan {gpu.name} ({timer.profile_name or 'roofline'}) vs {len(paths)} trace(s): measured / predicted")
+    print(f"{'family':12} {'factor':>7} {'p10':>6} {'median':>6} {'p90':>6} {'ops':>6} {'shapes':>6} "
+          f"{'measured ms':>11} {'per trace':>10}")
+    for name, f in fit.families.items():
+        spread = f"{min(f.per_trace):.3f}-{max(f.per_trace):.3f}" if len(f.per_trace) > 1 else ""
+        print(f"{name:12} {f.factor:7.3f} {f.p10:6.3f} {f.median:6.3f} {f.p90:6.3f} {f.operators:6d} {f.shapes:6d} "
+              f"{1e3 * f.measured_s:11.3f} {spread:>10}")
+    skipped = sum(fit.unsupported.values()) + sum(fit.unknown.values())
+    if skipped:
+        print(f"not used: {sum(fit.unsupported.values())} unsupported operators, {sum(fit.unknown.values())} "
+              f"kernels under no recognised operator (--json lists them)")
+    print(f"wrote {directory / 'metadata.yaml'}: use it with --profile {directory}")
     return EXIT_OK

@@ -111,11 +111,11 @@ def profile_hash(settings: SearchSettings) -> str | None:
     """
     if settings.profile is None:
         return None
-    from costmodel.profiles import load_profile
+    from costmodel.profiles.factors import profile_content_hash
 
     if not Path(settings.profile).is_dir():
         raise SpecError("search.profile", settings.profile, "an existing profile folder (from `parplan profile run`)")
-    return load_profile(settings.profile).content_hash
+    return profile_content_hash(settings.profile)  # tables, or a `replay fit` factor profile with its base
 
 
 def expand(spec: StudySpec, *, check_profile: bool = True) -> tuple[Problem, ...]:

@@ -8,7 +8,8 @@
   data-parallel degree edit;
 - :func:`change_layers`: repeat or remove the graph's repeated layer block, per iteration;
 - :func:`remove_syncs`: drop cross-stream waits or host synchronisation, to show what overlap gains;
-- :func:`typical_launch_latency`: every launch at the rank's median latency (a stricter replay).
+- :func:`typical_launch_latency`: every launch at the rank's median latency (a stricter replay);
+- ``gpu=NAME`` (:func:`costmodel.replay.retime.retime_for_gpu`): kernels at parplan's operator times for another GPU.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Final
 import numpy as np
 
 from costmodel.comm.formulas import bus_factor
-from costmodel.replay.graph import Graph, Node
+from costmodel.replay.graph import Graph
+from costmodel.replay.parse import RawTrace
 from costmodel.specs.errors import SpecError
 
 __all__ = ["apply_what_if", "change_group_size", "change_layers", "collective_op", "parse_what_if",
@@ -34,7 +36,7 @@ _NCCL_OPS: Final = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("
 
 def _copy(graph: Graph) -> Graph:
     nodes = [replace(n, waits=list(n.waits)) for n in graph.nodes]
-    return replace(graph, nodes=nodes, lanes={k: list(v) for k, v in graph.lanes.items()})
+    return replace(graph, nodes=nodes, lanes={k: list(v) for k, v in graph.lanes.items()}, notes=list(graph.notes))
 
 
 def scale_family(graph: Graph, family: str, factor: float) -> Graph:
@@ -189,7 +191,7 @@ def _repeat(graph: Graph, span: set[int], copies: int) -> None:
             if node.launch is not None:
                 node.launch = mapping.get(node.launch, node.launch)
             node.waits = [mapping.get(w, w) for w in node.waits]
-        for lane, members in graph.lanes.items():
+        for members in graph.lanes.values():
             inside = [p for p, i in enumerate(members) if i in span]
             if inside:
                 at = inside[-1] + 1
@@ -212,14 +214,14 @@ def _remove(graph: Graph, span: set[int]) -> None:
 
 def parse_what_if(text: str) -> list[tuple[str, str]]:
     """``'gemm=0.5,network=2,layers=+8,dp=2x,sync=none'`` -> ordered ``(key, value)`` pairs, checked."""
-    allowed = ", ".join(FAMILIES) + ", network, layers, dp, sync"
+    allowed = ", ".join(FAMILIES) + ", network, layers, dp, sync, gpu"
     pairs = []
     for item in text.split(","):
         key, sep, value = item.strip().partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not value:
             raise SpecError("what-if", item, f"KEY=VALUE items, KEY one of {allowed}")
-        if key not in FAMILIES and key not in ("network", "layers", "dp", "sync"):
+        if key not in FAMILIES and key not in ("network", "layers", "dp", "sync", "gpu"):
             raise SpecError("what-if", key, f"one of {allowed}")
         pairs.append((key, value))
     for key, value in pairs:
@@ -228,6 +230,13 @@ def parse_what_if(text: str) -> list[tuple[str, str]]:
 
 
 def _value(key: str, value: str) -> float | int | str:
+    if key == "gpu":
+        from costmodel.specs.catalog import get_gpu
+
+        try:
+            return get_gpu(value).name
+        except SpecError as exc:
+            raise SpecError("what-if gpu", value, exc.allowed) from None
     if key == "sync":
         if value not in ("none", "stream", "host"):
             raise SpecError("what-if sync", value, "none (drop all), stream or host")
@@ -242,16 +251,28 @@ def _value(key: str, value: str) -> float | int | str:
     except ValueError:
         factor = float("nan")
     if not (np.isfinite(factor) and 0 < factor <= 1e6):
-        raise SpecError(f"what-if {key}", value, "a number > 0 and <= 1e6" + (" (a factor, e.g. 2x)" if key == "dp" else ""))
+        hint = " (a factor, e.g. 2x)" if key == "dp" else ""
+        raise SpecError(f"what-if {key}", value, "a number > 0 and <= 1e6" + hint)
     return factor
 
 
-def apply_what_if(graph: Graph, pairs: list[tuple[str, str]]) -> Graph:
+def apply_what_if(graph: Graph, pairs: list[tuple[str, str]], traces: list[RawTrace] | None = None,
+                  profile_dir: str | None = None) -> Graph:
     """Apply parsed ``pairs`` in order. ``dp=2x`` doubles the data-parallel degree; ``network=2`` doubles link
-    bandwidth; ``gemm=0.5`` halves GEMM time; ``layers=+8`` adds 8 layers; ``sync=none`` drops waits."""
+    bandwidth; ``gemm=0.5`` halves GEMM time; ``layers=+8`` adds 8 layers; ``sync=none`` drops waits;
+    ``gpu=h100-sxm5-80gb`` times the recognised operators of ``traces`` as parplan does on that GPU (with
+    ``profile_dir``'s profile if given)."""
     for key, raw in pairs:
         value = _value(key, raw)
-        if key in FAMILIES:
+        if key == "gpu":
+            from costmodel.predict import timer_for
+            from costmodel.replay.retime import retime_for_gpu
+            from costmodel.specs.catalog import get_gpu
+
+            if not traces:
+                raise SpecError("what-if gpu", raw, "an edit of a graph built from traces (pass them)")
+            graph = retime_for_gpu(graph, traces, timer_for(get_gpu(str(value)), profile_dir))
+        elif key in FAMILIES:
             graph = scale_family(graph, key, float(value))
         elif key == "network":
             graph = scale_network(graph, float(value))

@@ -89,7 +89,7 @@ class Node:
     waits: list[int] = field(default_factory=list)  # GPU: cross-stream; CPU: host-synchronised GPU ops
     tail: float = 0.0  # CPU sync: recorded time from the end of the waited work to the call's return
     collective: tuple[int, str, int] | None = None  # (group size, name, sequence) of an NCCL kernel
-    correlation: object = None  # CPU: the runtime call's correlation id
+    correlation: object = None  # the runtime call's correlation id (GPU: its launch's)
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,7 @@ class Graph:
     gpu_us: float = 0.0
     world_size: int = 1
     device_name: str | None = None
+    notes: list[str] = field(default_factory=list)  # what the edits did, readable
 
     def unplaced_gpu_fraction(self) -> float:
         """Share of GPU busy time (summed over operations) the graph could not place."""
@@ -170,7 +171,8 @@ def _add_rank(graph: Graph, trace: RawTrace) -> dict[object, str]:
             graph.weakly_placed_gpu_us += event.dur
         stream = str(event.args.get("stream", event.tid))
         node = Node(event.name, "gpu", ("gpu", str(rank), str(event.args.get("device", event.pid)), stream), rank,
-                    event.ts, event.dur, kernel_family(event.name, event.cat), launch=launcher)
+                    event.ts, event.dur, kernel_family(event.name, event.cat), launch=launcher,
+                    correlation=event.args.get("correlation"))
         index = _append(graph, node)
         graph.gpu_us += event.dur
         host = graph.nodes[launcher] if launcher is not None else None

@@ -95,7 +95,8 @@ def simulate(graph: Graph) -> Replay:
     to_start = np.zeros(count, dtype=np.int64)  # unmet dependencies of a node's start
     to_end = np.zeros(count, dtype=np.int64)  # CPU: GPU work still awaited before it can end
     for index, node in enumerate(nodes):
-        to_start[index] = (previous[index] >= 0) + (node.launch is not None) + (len(node.waits) if node.kind == "gpu" else 0)
+        gpu_waits = len(node.waits) if node.kind == "gpu" else 0
+        to_start[index] = (previous[index] >= 0) + (node.launch is not None) + gpu_waits
         to_end[index] = len(node.waits) if node.kind != "gpu" else 0
     start, end = np.zeros(count), np.zeros(count)
     bound_by, reason = np.full(count, -1, dtype=np.int64), [FIRST] * count

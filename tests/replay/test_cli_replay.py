@@ -35,3 +35,17 @@ def test_a_trace_without_steps_is_refused(tmp_path, capsys):
     data["traceEvents"] = [e for e in data["traceEvents"] if e["cat"] != "user_annotation"]
     assert main(["replay", str(write(tmp_path / "t.json", data))]) == 2
     assert "ProfilerStep" in capsys.readouterr().err
+
+
+def test_plot_writes_a_png_and_never_replaces_another_file(tmp_path, capsys):
+    path = write(tmp_path / "t.json", synthetic_trace(allreduce_us=50.0))
+    png = tmp_path / "replay.png"
+    assert main(["replay", str(path), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(png) in capsys.readouterr().out
+    assert main(["replay", str(path), "--what-if", "gemm=0.5", "--plot", str(png), "--json"]) == 0  # its own PNG
+    assert json.loads(capsys.readouterr().out)["plot"] == str(png)
+    other = tmp_path / "notes.png"
+    other.write_text("not a png")
+    assert main(["replay", str(path), "--plot", str(other)]) == 2
+    assert "--plot" in capsys.readouterr().err and other.read_text() == "not a png"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left behind

@@ -51,8 +51,9 @@ def test_removing_syncs_cannot_slow_a_step(tmp_path):
 def test_what_if_spec_is_checked():
     assert edit.parse_what_if("gemm=0.5, network=2,layers=+8,dp=2x") == [
         ("gemm", "0.5"), ("network", "2"), ("layers", "+8"), ("dp", "2x")]
-    for bad, field in (("gpu=2", "what-if"), ("gemm=0", "what-if gemm"), ("layers=8", "what-if layers"),
-                       ("dp=nanx", "what-if dp"), ("sync=maybe", "what-if sync"), ("gemm", "what-if")):
+    for bad, field in (("tpu=2", "what-if"), ("gpu=h900", "what-if gpu"), ("gemm=0", "what-if gemm"),
+                       ("layers=8", "what-if layers"), ("dp=nanx", "what-if dp"), ("sync=maybe", "what-if sync"),
+                       ("gemm", "what-if")):
         with pytest.raises(SpecError) as info:
             edit.parse_what_if(bad)
         assert info.value.field == field
