@@ -13,6 +13,7 @@ runs whose stderr is a file or a pipe never load it.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import time
@@ -122,12 +123,17 @@ class StatusLine:
 
 
 def _open_line(stream: TextIO, text: str, width: int) -> Any:
-    """A tqdm line on ``stream`` showing ``text``, cut to ``width`` columns (tqdm imported here)."""
+    """A tqdm line on ``stream`` showing ``text``, cut to ``width`` columns."""
+    return _line_class()(file=stream, desc=text, bar_format="{desc}", ncols=width, mininterval=0, disable=False,
+                         leave=False, dynamic_ncols=False)
+
+
+@functools.cache
+def _line_class() -> type:
+    """The tqdm subclass that draws ``{desc}`` alone, with no background monitor thread (tqdm imported here)."""
     from tqdm import tqdm
 
     class _Line(tqdm):  # type: ignore[misc, type-arg]
-        """tqdm drawing ``{desc}`` alone, with no background monitor thread."""
-
         monitor_interval = 0
 
         @staticmethod
@@ -142,5 +148,4 @@ def _open_line(stream: TextIO, text: str, width: int) -> Any:
             # False after an erase: tqdm's close would add a "\r", and the erase already left the cursor there
             return msg != ""
 
-    return _Line(file=stream, desc=text, bar_format="{desc}", ncols=width, mininterval=0, disable=False,
-                 leave=False, dynamic_ncols=False)
+    return _Line
