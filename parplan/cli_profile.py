@@ -130,9 +130,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
+    from costmodel.profiling.embedding import fit_embedding_table
     from costmodel.profiling.fit import fit_directory
     from costmodel.specs import get_gpu
 
+    lookups = fit_embedding_table(Path(args.profile_dir))  # --ops embedding_bag timings, when measured
+    if lookups is not None:
+        if args.json and not (Path(args.profile_dir) / "metadata.yaml").exists():
+            print(dumps({"embedding_bag": lookups}))
+        elif not args.json:
+            print(f"embedding_bag: {lookups['train']} cells fitted, {lookups['test']} held out: MAPE "
+                  f"{lookups['aware_mape']:.1f}% distribution-aware, {lookups['blind_mape']:.1f}% blind")
+        if not (Path(args.profile_dir) / "metadata.yaml").exists():  # nothing but lookups was measured
+            return EXIT_OK
     report = fit_directory(args.profile_dir, get_gpu(args.gpu) if args.gpu else None)
     used = report.fitted.families
     rows: list[dict[str, Any]] = [{**e.to_dict(), "used": e.family in used} for e in report.errors]
@@ -142,7 +152,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.json:
         cached = None if report.cached is None else str(report.cached)
         print(dumps({"profile": report.fitted.profile.name, "families": rows, "warnings": notes,
-                     "stored": str(report.stored), "cached": cached}))
+                     "stored": str(report.stored), "cached": cached, "embedding_bag": lookups}))
         return EXIT_OK
     print(f"profile {report.fitted.profile.name}")
     print(f"{'family':<28} {'train':>6} {'held-out':>8} {'MAPE':>7} {'p90':>7} {'roofline MAPE':>14}  used")

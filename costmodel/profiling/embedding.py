@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
@@ -175,3 +176,114 @@ def _measure_point(point: EmbeddingPoint, weight: Any, rng: np.random.Generator,
     q25, median, q75 = np.quantile(samples, [0.25, 0.5, 0.75])
     return Measurement(median_s=float(median), q25_s=float(q25), q75_s=float(q75), min_s=float(samples.min()),
                        max_s=float(samples.max()), repeats=repeats, inner=1, timer="thread_time")
+
+
+# -- `parplan profile run --ops embedding_bag` / `parplan profile fit` ----------------------------------------
+TABLE_FILE: Final = "embedding_bag.json"
+"""The profile directory's embedding-bag timings: a JSON list of records (data only, rewritten atomically)."""
+DESIGN: Final = {"rows": (10**4, 10**5, 10**6, 10**7), "dims": (32, 64, 128, 256), "poolings": (1, 4, 16, 64, 100),
+                 "batch": 1024}
+"""The sampling design of ``profile run``: rows x dim x pooling x the three ``DISTRIBUTIONS``."""
+_RECORD_KEYS: Final = ("distribution", "rows", "dim", "pooling", "batch", "median_s", "min_s")
+
+
+def run_embedding_profile(out: Path, device: str, budget_s: float, seed: int = 0,
+                          max_table_bytes: float = 1.25 * 2**30) -> int:
+    """Time the design (cells in a seeded random order until ``budget_s``) and write ``out/TABLE_FILE``.
+
+    Returns the number of cells measured. Only ``device="cpu"`` is timed here (the thread-clock loop);
+    a GPU's lookups are timed by the same design once a CUDA-event loop is added (not yet).
+    """
+    from costmodel.specs.errors import SpecError
+
+    if device != "cpu":
+        raise SpecError("ops", "embedding_bag", "measured on --device cpu for now (the CUDA timing loop is not "
+                                                "written yet)")
+    points = grid(DESIGN["rows"], DESIGN["dims"], DESIGN["poolings"], DESIGN["batch"],
+                  max_table_bytes=max_table_bytes)
+    order = np.random.default_rng(seed).permutation(len(points))
+    timed = time_points([points[i] for i in order], seed=seed, rounds=2, deadline_s=budget_s)
+    records = [{"distribution": p.distribution, "rows": p.rows, "dim": p.dim, "pooling": p.pooling,
+                "batch": p.batch, "median_s": m.median_s, "min_s": m.min_s, "timer": m.timer} for p, m in timed]
+    _write_json(Path(out) / TABLE_FILE, records)
+    return len(records)
+
+
+def _write_json(target: Path, data: Any) -> None:
+    import json
+    import tempfile
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            json.dump(data, file)
+        os.chmod(name, 0o644)
+        os.replace(name, target)
+    finally:
+        if os.path.exists(name):
+            os.unlink(name)
+
+
+def read_embedding_table(folder: Path) -> list[Any] | None:
+    """The ``TimedLookup`` rows of a profile directory's ``TABLE_FILE`` (None when it has none).
+
+    Raises
+    ------
+    SpecError
+        If the file is not a list of records with the expected fields (bounded reader, JSON only).
+    """
+    from costmodel.recsys.lookup_fit import TimedLookup
+    from costmodel.specs.errors import SpecError, require_choice, require_int, require_number
+    from costmodel.specs.userfile import read_user_file
+
+    path = Path(folder) / TABLE_FILE
+    if not path.exists():
+        return None
+    data = read_user_file(path, field=TABLE_FILE, fmt="json")
+    if not isinstance(data, list):
+        raise SpecError(TABLE_FILE, type(data).__name__, "a list of timing records")
+    rows = []
+    for index, record in enumerate(data):
+        where = f"{TABLE_FILE}[{index}]"
+        if not isinstance(record, dict) or any(key not in record for key in _RECORD_KEYS):
+            raise SpecError(where, record, "a record with " + ", ".join(_RECORD_KEYS))
+        name = require_choice(f"{where}.distribution", record["distribution"], tuple(DISTRIBUTIONS))
+        rows.append(TimedLookup(DISTRIBUTIONS[name], require_int(f"{where}.rows", record["rows"]),
+                                require_int(f"{where}.dim", record["dim"]),
+                                require_number(f"{where}.pooling", record["pooling"]),
+                                require_int(f"{where}.batch", record["batch"]),
+                                require_number(f"{where}.min_s", record["min_s"])))
+    return rows
+
+
+def fit_embedding_table(folder: Path, fraction: float = 0.1, seed: int = 0) -> dict[str, Any] | None:
+    """Held-out errors of the aware and blind lookup models on a profile's table (None without one)."""
+    from costmodel.recsys.lookup_fit import held_out_errors
+
+    rows = read_embedding_table(folder)
+    if not rows:
+        return None
+    # at least 30 training rows for the 14 unit costs, even where 10% of a short table is fewer
+    fraction = min(0.5, max(fraction, 30 / len(rows)))
+    result = held_out_errors(rows, cpu_caches(), fraction=fraction, seed=seed)
+    return {"rows": len(rows), "train": result.train, "test": result.test,
+            "aware_mape": round(result.aware_mape, 2), "blind_mape": round(result.blind_mape, 2)}
+
+
+def lookup_model_from_profile(folder: Path) -> tuple[Any, CacheLevels] | None:
+    """An ``EmbeddingBagPredictor`` fitted on all of a profile's lookup timings, and the caches its columns
+    assume, for ``costmodel.recsys.step.plan_step_seconds(lookup_model=..., caches=...)`` (None without any).
+
+    The fit is a non-negative least-squares solve (milliseconds), so nothing is pickled: it is refitted from
+    the table each time.
+    """
+    from costmodel.recsys.embedding import CPU_LINE_BYTES, EmbeddingBagPredictor
+    from costmodel.recsys.lookup_fit import CPU_NOMINAL_BANDWIDTH, columns
+
+    rows = read_embedding_table(folder)
+    if not rows:
+        return None
+    caches = cpu_caches()
+    model = EmbeddingBagPredictor(hbm_bandwidth_bytes_per_s=CPU_NOMINAL_BANDWIDTH, sector=CPU_LINE_BYTES)
+    return model.fit(columns(rows, caches, aware=True), np.array([r.seconds for r in rows])), caches

@@ -17,6 +17,7 @@ OP_GROUPS: Final[dict[str, tuple[str, ...]]] = {
     "elementwise": ("memory",),
     "optimizer": ("memory",),
     "comm": ("nccl",),
+    "embedding_bag": ("embedding_bag",),  # costmodel.profiling.embedding: its own table file, not the journal
 }
 # GEMM dtypes the sampler times (fp8 needs torch._scaled_mm with per-tensor scales: not sampled yet).
 SAMPLED_DTYPES: Final = ("bf16", "fp16")

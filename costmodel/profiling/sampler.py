@@ -171,7 +171,7 @@ def run_profile(config: SamplerConfig) -> SamplerReport:
     if lead:
         journal.append(session)
     report = SamplerReport(out=out)
-    compute = tuple(group for group in config.ops if group != "comm")
+    compute = tuple(group for group in config.ops if group not in ("comm", "embedding_bag"))
     share = len(compute) / len(config.ops)
     progress = _Progress(config.progress, config.budget_s, start)
     try:
@@ -181,6 +181,11 @@ def run_profile(config: SamplerConfig) -> SamplerReport:
         progress.close()  # erased before the collective sweep and the command's report
         if lead:
             report.profile = rebuild(out)
+    if "embedding_bag" in config.ops and lead:  # recommendation models (costmodel.profiling.embedding)
+        from costmodel.profiling.embedding import run_embedding_profile
+
+        report.measured["embedding_bag"] = run_embedding_profile(out, config.device, config.budget_s / len(config.ops),
+                                                                 seed=config.seed)
     if "comm" in config.ops:
         bounds = config.bounds or (CUDA_BOUNDS if config.device == "cuda" else CPU_BOUNDS)
         report.comm = run_comm(out, config.device, procs, epoch + config.budget_s, bounds.message_bytes)
@@ -220,7 +225,7 @@ def _sample_compute(config: SamplerConfig, journal: Journal, report: SamplerRepo
     variants = {}
     if config.runs:
         variants = {"norm": config.runs[0].model.normalization, "activation": config.runs[0].model.activation}
-    compute = tuple(group for group in config.ops if group != "comm")
+    compute = tuple(group for group in config.ops if group not in ("comm", "embedding_bag"))
     targets = targeted_points(config.runs, compute) if config.runs else Targets([], Counter())
     report.targeted, report.not_targeted = len(targets.points), targets.not_sampled
     bounds = config.bounds or (CUDA_BOUNDS if config.device == "cuda" else CPU_BOUNDS)

@@ -119,7 +119,8 @@ def _default_timer(cluster: ClusterSpec) -> OperatorTimer:
 
 
 def plan_step_seconds(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, *, lookup_model: Any = None,
-                      timer: OperatorTimer | None = None, pipelined: bool = True) -> StepBreakdown:
+                      timer: OperatorTimer | None = None, pipelined: bool = True,
+                      caches: CacheLevels | None = None) -> StepBreakdown:
     """Per-rank times and the step time of ``spec`` trained on ``cluster`` with ``plan``.
 
     Parameters
@@ -131,6 +132,9 @@ def plan_step_seconds(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, 
         Times the dense GEMMs (a fitted profile's, or the analytic fall-backs); one per cluster by default.
     pipelined : bool
         TorchRec's pipelined schedule (module docstring), or every phase back to back.
+    caches : CacheLevels, optional
+        The caches the lookup columns are computed for (those ``lookup_model`` was fitted with); the
+        catalog GPU's L2 by default.
 
     Raises
     ------
@@ -158,7 +162,7 @@ def plan_step_seconds(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, 
             if sharding.sharding_type == "data_parallel":  # zero + write the dense grad, step every row
                 dense_grad = shard.rows * (2 * table.dim * 4 + 2 * (shard.row_bytes + state))
             per_rank[rank].append((shard, state, dense_grad))
-    caches = gpu_caches(cluster.gpu.name)
+    caches = caches or gpu_caches(cluster.gpu.name)
     lookups = []
     for entries in per_rank:
         if not entries:

@@ -111,3 +111,28 @@ def test_plan_refuses_table_row_wise_across_nodes_and_bad_column_split():
 def test_table_wise_needs_exactly_one_rank():
     with pytest.raises(SpecError):
         TableSharding("table_wise", (0, 1))
+
+
+def test_documented_example_parses_with_its_plan(tmp_path):
+    # the commented mapping of docs/run_spec.md's DLRM section, uncommented
+    path = tmp_path / "dlrm.yaml"
+    path.write_text("""
+recsys:
+  base: mlperf-dlrm-dcnv2
+  name: my-dlrm
+  bottom_mlp: "13-512-256-128"
+  tables:
+    - {name: cat_0, rows: 40000000, dim: 128, dtype: fp32, pooling_mean: 3, pooling_max: 3, num_features: 1,
+       optimizer: rowwise_adagrad, access: {zipf: 1.05}}
+    - {name: cat_1, rows: 39060, dim: 128, access: {profile: meta-dlrm-datasets-2022}}
+    - {name: hot, rows: 1000000, dim: 128, access: {hot_rows_fraction: 0.01, hot_access_fraction: 0.9}}
+cluster: {gpu: h100-sxm5-80gb, num_gpus: 8}
+plan:
+  cat_0: {sharding_type: row_wise, ranks: [0, 1, 2, 3, 4, 5, 6, 7]}
+  cat_1: {sharding_type: table_wise, ranks: [3]}
+  hot: {sharding_type: data_parallel, ranks: []}
+""")
+    run = load_any_run_spec(path)
+    plan = plan_from_mapping(run.plan, run.model, run.cluster.num_gpus, run.cluster.gpus_per_node)
+    assert run.model.interaction == "dcnv2" and len(run.model.tables) == 3
+    assert plan["hot"].compute_kernel == "dense"
