@@ -271,7 +271,9 @@ def pipeline_splits(num_layers: int, mtp_layers: int, pp: int, vpp: int) -> dict
     accounted = _layout(num_layers, mtp_layers, pp, vpp, None, None, None, True, True)
     offered = [_layout(num_layers, mtp_layers, pp, vpp, None, kw.get("first_stage_layers"),  # type: ignore[arg-type]
                        kw.get("last_stage_layers"), False, False).chunks for kw in out.values()]  # type: ignore[arg-type]
-    if not accounted.problems and accounted.chunks not in offered:
+    # Megatron-Core builds a rank that holds only the embedding or the loss, but such a rank adds a stage of
+    # bubble and transfers for no layer: a search does not offer it (a run spec may still set it).
+    if not accounted.problems and accounted.chunks not in offered and min(accounted.stage_layers) > 0:
         out["accounted"] = {"account_for_embedding": True, "account_for_loss": True}
     return out
 
