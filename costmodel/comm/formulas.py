@@ -43,7 +43,7 @@ reduces, so each GPU moves its buffer once each way, ``S (g+1)/g``, at NCCL's nv
 the ring bandwidth, instead of the ring's ``2 (g-1)/g S``. That reproduces the measured NVLS gain
 by GPU count on 8x H200 (5 GPUs 1.13x the ring, 8 GPUs 1.29x) within 3% [MLE-NET]; NCCL's own
 estimate (2x the ring bandwidth) does not. One-domain NVLS runs a three-stage chunk pipeline
-whose fill stretches mid-size calls (8 MiB: 2x); NVLS Tree takes the tree's size correction.
+whose fill stretches mid-size calls (8 MiB: 2x); NVLS Tree takes the tree's size correction where NCCL applies it (Blackwell, x86 host).
 
 Across domains NCCL runs one of two algorithms for all_reduce and picks the faster by its
 model [NCCL-TUNING]; all_gather and reduce_scatter always use the ring:
@@ -253,7 +253,11 @@ def _nvls_candidates(message_bytes: Bytes, g: int, k: int, links: LinkFigures) -
         + 2 * levels * scaled_hop_latency_s("net", "nvls_tree", "Simple", links.out_latency_s)
     tree_sends_per_domain = 1.0 if k == 2 else 2.0
     seconds_per_byte = max(switch_seconds_per_byte, tree_sends_per_domain / g / links.out_ring_bytes_per_s)
-    return {"nvls_tree/Simple": latency + seconds_per_byte * message_bytes / tree_correction("Simple", message_bytes, "nvls_tree")}
+    # NCCL applies the tree's medium-size correction to NVLS Tree only on Blackwell with an x86 host
+    # (ncclTopoGetAlgoTime) [NCCL-TUNING]; elsewhere its NVLS Tree estimate is the plain bandwidth term.
+    corrected = platform.arch == "blackwell" and platform.cpu in ("intel", "amd")
+    correction = tree_correction("Simple", message_bytes, "nvls_tree") if corrected else 1.0
+    return {"nvls_tree/Simple": latency + seconds_per_byte * message_bytes / correction}
 
 
 def _fastest(candidates: dict[str, Bytes]) -> Bytes:
