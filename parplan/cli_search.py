@@ -190,7 +190,7 @@ def problem_from_args(args: argparse.Namespace, num_gpus: int, run: RunSpec | No
         extra["framework"] = get_framework(implied_framework(exports))  # --export X searches X's framework
     return SearchProblem(model=model, gpu=gpu, num_gpus=num_gpus, global_batch_size=batch, seq_length=seq,
                          gpus_per_node=node, fixed=tuple(fixed.items()),
-                         allowed=tuple(allowed.items()) + launcher_restrictions(exports),
+                         allowed=tuple(allowed.items()) + launcher_restrictions(exports, model),
                          max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_ep=args.max_ep,
                          max_vpp=args.max_vpp, max_micro_batch_size=args.max_micro_batch_size,
                          memory_margin=args.memory_margin, **extra)

@@ -1,4 +1,4 @@
-"""Launcher exporters: Megatron-LM arguments, torchtitan arguments, DeepSpeed JSON, Megatron-Bridge overrides, sbatch."""
+"""Launcher exporters: Megatron-LM and torchtitan arguments, DeepSpeed JSON, Megatron-Bridge overrides, sbatch."""
 
 from search.exporters._base import Exporter
 from search.exporters._deepspeed import DeepSpeedExporter

@@ -36,8 +36,9 @@ class Exporter(abc.ABC):
     """The ``costmodel/catalog/frameworks`` entry whose behaviour this launcher runs: ``--export``
     alone searches that framework's space (``parplan search``)."""
 
-    def allowed(self) -> dict[str, tuple[object, ...]]:
-        """Knob values the launcher can run (``parplan search --export NAME`` searches only these)."""
+    def allowed(self, model: ModelSpec) -> dict[str, tuple[object, ...]]:
+        """Knob values the launcher can run for ``model`` (``parplan search --export NAME`` searches only
+        these); raises a one-line :class:`SpecError` when it cannot build ``model`` at all."""
         return {}
 
     def refusal(self, strategy: Strategy, problem: SearchProblem) -> tuple[str, object, str] | None:
@@ -46,7 +47,10 @@ class Exporter(abc.ABC):
 
     def check(self, strategy: Strategy, problem: SearchProblem) -> None:
         """Raise a one-line :class:`SpecError` naming the knob when the launcher cannot run ``strategy``."""
-        why = self.refusal(strategy, problem)
+        self.refuse(self.refusal(strategy, problem))
+
+    def refuse(self, why: tuple[str, object, str] | None) -> None:
+        """Raise ``why`` (``(knob, value, what is allowed)``) as a one-line :class:`SpecError`."""
         if why is not None:
             knob, value, allowed = why
             raise SpecError(f"{self.name} export: {knob}", value, allowed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from costmodel.specs.model import ModelSpec
 from costmodel.specs.strategy import Strategy
 from search.exporters._base import Exporter
 from search.space import SearchProblem
@@ -27,7 +28,7 @@ class DeepSpeedExporter(Exporter):
             out.add("precision")
         return frozenset(out)
 
-    def allowed(self) -> dict[str, tuple[object, ...]]:
+    def allowed(self, model: ModelSpec) -> dict[str, tuple[object, ...]]:
         return {"hsdp_shard_size": (0,)}
 
     def refusal(self, strategy: Strategy, problem: SearchProblem) -> tuple[str, object, str] | None:

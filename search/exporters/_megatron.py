@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from costmodel.specs.framework import DEFAULT_FRAMEWORK, Framework, get_framework
-from costmodel.specs.model import ModelSpec
 from costmodel.specs.layout import layout_of
+from costmodel.specs.model import ModelSpec
 from costmodel.specs.strategy import Strategy
 from search.exporters._base import Exporter, header
 from search.space import SearchProblem

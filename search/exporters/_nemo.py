@@ -16,8 +16,15 @@ from costmodel.specs.layout import layout_of
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.strategy import Strategy
 from search.exporters._base import Exporter, catalog_match, header
-from search.exporters._megatron import (DEFAULT_CKPT_FORMAT, FSDP_CKPT_FORMAT, FSDP_SHARDING, HSDP_STAGES,
-                                        launch_env, megatron_refusal, uses_megatron_fsdp)
+from search.exporters._megatron import (
+    DEFAULT_CKPT_FORMAT,
+    FSDP_CKPT_FORMAT,
+    FSDP_SHARDING,
+    HSDP_STAGES,
+    launch_env,
+    megatron_refusal,
+    uses_megatron_fsdp,
+)
 from search.space import SearchProblem
 
 MIXED_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed"}
@@ -42,6 +49,13 @@ def recipe_stem(model: ModelSpec) -> str | None:
     """The Megatron-Bridge recipe that builds ``model``'s architecture, or None."""
     name = catalog_match(model, RECIPES)
     return None if name is None else RECIPES[name]
+
+
+def model_refusal(model: ModelSpec) -> tuple[str, object, str] | None:
+    """Why no Megatron-Bridge recipe builds ``model``, or None."""
+    if recipe_stem(model) is None:
+        return "model", model.name, "one with a Megatron-Bridge recipe (" + ", ".join(RECIPES) + ")"
+    return None
 
 
 # The layout fields of costmodel.specs.layout.PipelineLayout -> Megatron-Core TransformerConfig keys.
@@ -69,10 +83,12 @@ class NeMoExporter(Exporter):
     filename = "megatron_bridge_overrides.yaml"
     framework = "megatron-bridge"
 
+    def allowed(self, model: ModelSpec) -> dict[str, tuple[object, ...]]:
+        self.refuse(model_refusal(model))
+        return {}
+
     def refusal(self, strategy: Strategy, problem: SearchProblem) -> tuple[str, object, str] | None:
-        if recipe_stem(problem.model) is None:
-            return "model", problem.model.name, "one with a Megatron-Bridge recipe (" + ", ".join(RECIPES) + ")"
-        return megatron_refusal(strategy)
+        return model_refusal(problem.model) or megatron_refusal(strategy)
 
     def carried(self, strategy: Strategy) -> frozenset[str]:
         return frozenset({"tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size",

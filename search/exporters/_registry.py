@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from costmodel.specs.errors import SpecError
+from costmodel.specs.model import ModelSpec
 from costmodel.specs.strategy import Strategy
 from search.exporters._base import Exporter
 from search.exporters._deepspeed import DeepSpeedExporter
@@ -30,9 +31,10 @@ def implied_framework(names: list[str]) -> str | None:
     return frameworks.pop() if len(frameworks) == 1 else None
 
 
-def launcher_restrictions(names: list[str]) -> tuple[tuple[str, tuple[object, ...]], ...]:
-    """``SearchProblem.allowed`` entries limiting the space to what every one of the ``names`` launchers runs."""
-    return tuple((knob, values) for name in names for knob, values in get_exporter(name).allowed().items())
+def launcher_restrictions(names: list[str], model: ModelSpec) -> tuple[tuple[str, tuple[object, ...]], ...]:
+    """``SearchProblem.allowed`` entries limiting the space to what every one of the ``names`` launchers
+    runs for ``model``; a one-line :class:`SpecError` before any search when one cannot build ``model``."""
+    return tuple((knob, values) for name in names for knob, values in get_exporter(name).allowed(model).items())
 
 
 def export(name: str, strategy: Strategy, problem: SearchProblem, out_dir: str | Path) -> Path:

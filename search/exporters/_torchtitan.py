@@ -63,6 +63,13 @@ def flavor(model: ModelSpec, precision: str) -> tuple[str, str] | None:
     return chosen
 
 
+def model_refusal(model: ModelSpec) -> tuple[str, object, str] | None:
+    """Why no torchtitan config function builds ``model``, or None."""
+    if catalog_match(model, FLAVORS) is None:
+        return "model", model.name, "one with a torchtitan 0.3 config function (" + ", ".join(FLAVORS) + ")"
+    return None
+
+
 def batch_sizes(strategy: Strategy) -> tuple[int, int]:
     """``(training.local_batch_size, parallelism.pipeline_parallel_microbatch_size)`` as predicted.
 
@@ -91,16 +98,22 @@ class TorchtitanExporter(Exporter):
             out.add("hsdp_shard_size")
         return frozenset(out)
 
-    def allowed(self) -> dict[str, tuple[object, ...]]:
-        return {"cp_comm_type": (CP_EXCHANGE,), "zero_stage": (0, 2, 3), "tp_comm_overlap": (False,)}
+    def allowed(self, model: ModelSpec) -> dict[str, tuple[object, ...]]:
+        self.refuse(model_refusal(model))
+        precisions = tuple(p for p in ("bf16", "fp8") if flavor(model, p) is not None)
+        return {"cp_comm_type": (CP_EXCHANGE,), "zero_stage": (0, 2, 3), "tp_comm_overlap": (False,),
+                "precision": precisions}
 
     def refusal(self, strategy: Strategy, problem: SearchProblem) -> tuple[str, object, str] | None:
         s = strategy
+        name = catalog_match(problem.model, FLAVORS)
+        if name is None:
+            return model_refusal(problem.model)
         if flavor(problem.model, s.precision) is None:
-            fp8 = s.precision == "fp8"
-            names = sorted(FP8_FLAVORS if fp8 else set(FLAVORS) - {k for k, v in FLAVORS.items() if v in FP8_BUILT_IN})
-            return ("model", problem.model.name, f"one with a torchtitan 0.3 config function at precision "
-                    f"{s.precision} ({', '.join(names)})")
+            if s.precision == "fp8":
+                return "precision", "fp8", f"bf16: torchtitan's {FLAVORS[name][1]} config has no float8 variant"
+            return ("precision", s.precision, f"fp8: torchtitan's {FLAVORS[name][1]} config converts the linears "
+                    "to float8 and its command line cannot undo it")
         if s.zero_stage == 1:
             return "zero_stage", 1, "0, 2 or 3 (torchtitan has no optimizer-only sharding)"
         if s.precision == "fp16":
@@ -115,6 +128,9 @@ class TorchtitanExporter(Exporter):
                                 "borrow FSDP and TP ranks, not replicas)")
         if s.shard_replicas > 1 and s.zero_stage != 3:
             return "hsdp_shard_size", s.hsdp_shard_size, "unset below ZeRO-3 (HSDP is FSDP2 on a 2-D mesh)"
+        if s.pp > 1 and not all(model_parts(layout_of(problem.model, s))):
+            return ("pipeline_layout", s.pipeline_layout, "a layout whose every chunk holds a module torchtitan "
+                    "has (it has no MTP module)")
         if problem.framework.grad_reduce_dtype != "fp32":
             return ("framework.grad_reduce_dtype", problem.framework.grad_reduce_dtype,
                     "fp32 (training.mixed_precision_reduce accepts only float32)")

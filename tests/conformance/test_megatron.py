@@ -161,7 +161,8 @@ def test_export_builds_megatron_core_configs(name: str, case: str, tmp_path: Pat
     assert flags["seq_length"] == [str(problem.seq_length)] and "data_path" in flags
     assert (int(flags["micro_batch_size"][0]), int(flags["global_batch_size"][0])) == (s.micro_batch_size,
                                                                                         s.global_batch_size)
-    # validate_args (core_v0.16.1): Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1; TP/CP without it asserts == 1
+    # validate_args (core_v0.16.1): Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1,
+    # TP/CP without it asserts == 1
     if s.zero_stage >= 2:
         assert env.get("CUDA_DEVICE_MAX_CONNECTIONS", "unset") != "1"
     elif (s.tp > 1 or s.cp > 1) and not model.overlap_moe_expert_parallel_comm:

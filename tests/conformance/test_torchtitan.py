@@ -82,7 +82,8 @@ def test_export_validates_in_torchtitan_or_is_refused(case: str, tmp_path: Path,
     steps = accumulation_steps(config, batch_degree)
     if s.pp > 1:  # one pipeline flush of gbs / (dp * mbs) micro-batches
         micro = config.parallelism.pipeline_parallel_microbatch_size
-        assert (steps, config.training.local_batch_size // micro) == (1, s.global_batch_size // (s.dp * s.micro_batch_size))
+        flush = config.training.local_batch_size // micro
+        assert (steps, flush) == (1, s.global_batch_size // (s.dp * s.micro_batch_size))
         parts = config.parallelism.module_fqns_per_model_part
         assert len(parts) == s.pp * s.vpp
         layers = [n for part in parts for n in part if n.startswith("layers.")]

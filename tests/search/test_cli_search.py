@@ -51,7 +51,7 @@ def test_human_table_and_exports(analytic_search_timer, tmp_path: Path,  # type:
                 "--export", "megatron,slurm", "--export", "torchtitan", "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "tok/s/GPU" in text and "why not" in text and "30 trials" in text
-    assert {p.name for p in tmp_path.iterdir()} == {"megatron_args.txt", "train.sbatch", "torchtitan.toml"}
+    assert {p.name for p in tmp_path.iterdir()} == {"megatron_args.txt", "train.sbatch", "torchtitan_args.txt"}
     assert "z0 bf16" in text
 
 

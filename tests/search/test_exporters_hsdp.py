@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import shlex
-import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from costmodel.specs import Strategy
+from costmodel.specs.errors import SpecError
 from search.exporters import EXPORTERS
 from tests.search.conftest import small_problem
 
@@ -46,30 +46,31 @@ def test_nemo_writes_the_ddp_config_keys(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("cp", [1, 2])
 def test_torchtitan_splits_dp_into_shard_and_replicate_degrees(cp: int, tmp_path: Path) -> None:
-    par = tomllib.loads(_text("torchtitan", _hsdp(3, cp), tmp_path))["parallelism"]
+    strategy = replace(_hsdp(3, cp), cp_comm_type="all_gather")  # PyTorch ring attention's exchange
+    flags = _megatron_flags(EXPORTERS["torchtitan"].write(strategy, PROBLEM, tmp_path).read_text())
+
+    def value(flag: str) -> int:
+        return int(flags[flags.index(flag) + 1])
+
     # FSDP2 shards over dp_shard * cp: 8 ranks per shard, 4 replicas
-    assert par["data_parallel_replicate_degree"] == 4
-    assert par["data_parallel_shard_degree"] * par["context_parallel_degree"] == 8
+    assert value("--parallelism.data-parallel-replicate-degree") == 4
+    assert value("--parallelism.data-parallel-shard-degree") * value("--parallelism.context-parallel-degree") == 8
 
 
-def test_deepspeed_writes_mics_shard_size_for_zero3(tmp_path: Path) -> None:
-    config = json.loads(_text("deepspeed", _hsdp(3), tmp_path))
-    assert config["zero_optimization"]["mics_shard_size"] == 8
-
-
-@pytest.mark.parametrize(("name", "zero"), [("deepspeed", 1), ("torchtitan", 1)])
-def test_hsdp_a_format_cannot_say_is_a_one_line_note(name: str, zero: int, tmp_path: Path) -> None:
-    strategy = _hsdp(zero)
-    exporter = EXPORTERS[name]
-    assert "hsdp_shard_size" not in exporter.carried(strategy)
-    notes = [n for n in exporter.notes(strategy) if "hsdp_shard_size=8" in n]
-    assert len(notes) == 1 and "\n" not in notes[0]
-    assert "mics_shard_size" not in _text(name, strategy, tmp_path)
+@pytest.mark.parametrize(("name", "zero", "knob"), [("deepspeed", 3, "hsdp_shard_size"),
+                                                    ("deepspeed", 1, "hsdp_shard_size"),
+                                                    ("torchtitan", 1, "zero_stage")])
+def test_hsdp_a_launcher_cannot_run_is_refused_on_one_line(name: str, zero: int, knob: str, tmp_path: Path) -> None:
+    """DeepSpeed 0.19 removed MiCS (DeepSpeedConfig rejects mics_shard_size); torchtitan has no ZeRO-1."""
+    with pytest.raises(SpecError) as info:
+        _text(name, _hsdp(zero), tmp_path)
+    assert info.value.field == f"{name} export: {knob}" and "\n" not in str(info.value)
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("name", sorted(EXPORTERS))
 def test_no_hsdp_writes_nothing_new(name: str, tmp_path: Path) -> None:
-    plain = Strategy(tp=2, dp=32, micro_batch_size=1, global_batch_size=64, zero_stage=3)
+    plain = Strategy(tp=2, dp=32, micro_batch_size=1, global_batch_size=64, zero_stage=3, recompute="full")
     text = _text(name, plain, tmp_path)
     assert "num-distributed-optimizer-instances" not in text and "mics_shard_size" not in text
     assert "num_distributed_optimizer_instances" not in text
