@@ -90,4 +90,5 @@ def dense_times(spec: DLRMSpec, local_batch: int, timer: OperatorTimer) -> Dense
     timed_bottom, timed_top, timed_step = timer.time_ops(bottom), timer.time_ops(top), timer.time_ops(step)
     notes = tuple(sorted(set(timed_bottom.notes) | set(timed_top.notes) | set(timed_step.notes)))
     return DenseTimes(bottom_fwd=timed_bottom.total(("fwd",)), bottom_bwd=timed_bottom.total(("bwd",)),
-                      top_fwd=timed_top.total(("fwd",)), top_bwd=timed_top.total(("bwd",)), optimizer=timed_step.total(), notes=notes)
+                      top_fwd=timed_top.total(("fwd",)), top_bwd=timed_top.total(("bwd",)),
+                      optimizer=timed_step.total(), notes=notes)

@@ -191,21 +191,23 @@ def _schedule(lookups: list[tuple[float, float, float]], dense: DenseTimes, comm
     """Each rank's end time on the two-stream schedule (module docstring)."""
     fwd = np.array([f for f, _, _ in lookups])
     bwd = np.array([b for _, b, _ in lookups])
+    top = dense.top_fwd + dense.top_bwd
     if not pipelined:
         comm_total = comm.input_dist + comm.output_dist + comm.grad_dist + comm.dense_all_reduce
-        end = comm_total + fwd + bwd + dense.bottom_fwd + dense.bottom_bwd + (dense.top_fwd + dense.top_bwd) + dense.optimizer
+        end = comm_total + fwd + bwd + dense.bottom_fwd + dense.bottom_bwd + top + dense.optimizer
         return tuple(_rank(r, lookups[r], dense, float(end[r]), comm_total, lookup_counts[r])
                      for r in range(len(lookups)))
     out_start = float(fwd.max())  # the pooled all-to-all needs every rank's lookups
     ready_top = np.maximum(fwd + dense.bottom_fwd, out_start + comm.output_dist)
-    grad_start = float((ready_top + (dense.top_fwd + dense.top_bwd)).max())
-    ready_emb_bwd = np.maximum(ready_top + (dense.top_fwd + dense.top_bwd) + dense.bottom_bwd, grad_start + comm.grad_dist)
-    all_reduce_start = max(grad_start + comm.grad_dist, float((ready_top + (dense.top_fwd + dense.top_bwd) + dense.bottom_bwd).max()))
+    grad_start = float((ready_top + top).max())
+    ready_emb_bwd = np.maximum(ready_top + top + dense.bottom_bwd, grad_start + comm.grad_dist)
+    dense_grads_ready = float((ready_top + top + dense.bottom_bwd).max())
+    all_reduce_start = max(grad_start + comm.grad_dist, dense_grads_ready)
     end = np.maximum(ready_emb_bwd + bwd, all_reduce_start + comm.dense_all_reduce) + dense.optimizer
     # the comm stream carries every collective once per step, the next batch's ids included
     comm_busy = comm.input_dist + comm.output_dist + comm.grad_dist + comm.dense_all_reduce
     end = np.maximum(end, comm_busy)
-    compute = fwd + bwd + dense.bottom_fwd + dense.bottom_bwd + (dense.top_fwd + dense.top_bwd) + dense.optimizer
+    compute = fwd + bwd + dense.bottom_fwd + dense.bottom_bwd + top + dense.optimizer
     return tuple(_rank(r, lookups[r], dense, float(end[r]), float(end[r] - compute[r]), lookup_counts[r])
                  for r in range(len(lookups)))
 

@@ -217,7 +217,8 @@ class DLRMRunSpec:
 
 
 def access_from_value(value: Any, section: str) -> AccessDistribution:
-    """``uniform``, ``{zipf: s}``, ``{reuse_histogram: [[r, share], ...]}`` or ``{hot_rows_fraction, hot_access_fraction}``."""
+    """``uniform``, ``{zipf: s}``, ``{reuse_histogram: [[r, share], ...]}``, ``{profile: name}`` or
+    ``{hot_rows_fraction, hot_access_fraction}``."""
     if value is None or value == "uniform":
         return UNIFORM
     if not isinstance(value, dict):
@@ -404,6 +405,6 @@ def get_dlrm(name: str) -> DLRMSpec:
     return dlrm_from_mapping({"name": name, **catalog[name]}, section=f"recsys/{name}")
 
 
-__all__ = ["access_profile", "access_profiles", "ACCESS_KINDS", "DTYPE_BYTES", "INTERACTIONS", "OPTIMIZERS", "AccessDistribution",
-           "DLRMRunSpec", "DLRMSpec", "EmbeddingTable", "dlrm_catalog", "dlrm_from_mapping",
+__all__ = ["ACCESS_KINDS", "DTYPE_BYTES", "INTERACTIONS", "OPTIMIZERS", "AccessDistribution", "DLRMRunSpec",
+           "DLRMSpec", "EmbeddingTable", "access_profile", "access_profiles", "dlrm_catalog", "dlrm_from_mapping",
            "dlrm_run_spec_from_mapping", "get_dlrm", "is_dlrm_mapping", "load_dlrm_run_spec", "tables_from_value"]
