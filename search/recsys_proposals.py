@@ -48,16 +48,20 @@ def heuristic_cost(table: EmbeddingTable, heuristic: str) -> float:
 
 
 def shard_cost_seconds(table: EmbeddingTable, cols: int, share: float, spec: DLRMSpec,
-                       cluster: ClusterSpec, world_size: int) -> float:
+                       cluster: ClusterSpec, world_size: int, data_parallel: bool = False) -> float:
     """Bandwidth proxy of one shard's step: its lookups' row reads (forward + backward) over HBM
-    bandwidth plus its pooled output over the link it crosses. ``share`` is the share of the global
-    batch's lookups the shard serves (1 for table- and column-wise)."""
+    bandwidth plus what it sends: the pooled output and its gradient over the link it crosses, or, for a
+    data-parallel replica, its share of the ring all-reduce of the dense gradient (2 (w - 1) / w of the
+    table). ``share`` is the share of the global batch's lookups the shard serves (1 for table- and
+    column-wise, 1/w for a data-parallel replica)."""
     gpu = cluster.gpu
     row_bytes = cols * table.row_bytes / table.dim
     lookups = spec.batch_size * table.lookups_per_sample * share
     compute = lookups * row_bytes * (1 + BACKWARD_FACTOR) / gpu.hbm_bandwidth_bytes_per_s
     link = gpu.intra_node_bandwidth_bytes_per_s if world_size <= cluster.gpus_per_node \
         else gpu.inter_node_bandwidth_bytes_per_s
+    if data_parallel:
+        return compute + 2 * (world_size - 1) / world_size * table.weight_bytes / link
     comm = 2 * spec.batch_size * table.num_features * cols * OUTPUT_BYTES / link  # forward + backward
     return compute + comm
 
@@ -162,7 +166,8 @@ def place(spec: DLRMSpec, cluster: ClusterSpec, world_size: int, kinds: dict[str
             ranks, share = tuple(range(world_size)), 1.0 / world_size
             sharding = TableSharding("data_parallel", (), "dense")
         placer.add(ranks, placer.shard_bytes(table, sharding.sharding_type, len(ranks), sharding.compute_kernel),
-                   shard_cost_seconds(table, table.dim, share, spec, cluster, world_size))
+                   shard_cost_seconds(table, table.dim, share, spec, cluster, world_size,
+                                      data_parallel=kind == "data_parallel"))
         out[table.name] = sharding
     for cost, index, k in sorted(movable, reverse=True):
         table = spec.tables[index]
@@ -187,14 +192,34 @@ def uniform_proposals(spec: DLRMSpec, cluster: ClusterSpec, world_size: int | No
     return out
 
 
+MIXED_BIAS = (0.5, 1.0, 2.0, 4.0)
+"""How much dearer (by the proxy) a data-parallel replica may be and still be chosen in :func:`mixed_proposal`:
+the proxy leaves out that a replica never waits for an all-to-all, so a few biases are tried."""
+
+
+def mixed_proposal(spec: DLRMSpec, cluster: ClusterSpec, world_size: int | None = None,
+                   bias: float = 1.0) -> ShardingPlan:
+    """Per table the cheaper by :func:`shard_cost_seconds` of data-parallel (times ``1 / bias``) and table-wise
+    (TorchRec's ``GreedyProposer`` picks each table's best-rated option the same way), placed by :func:`place`."""
+    world = world_size or cluster.num_gpus
+    kinds = {}
+    for t in spec.tables:
+        dp = shard_cost_seconds(t, t.dim, 1.0 / world, spec, cluster, world, data_parallel=True)
+        tw = shard_cost_seconds(t, t.dim, 1.0, spec, cluster, world) / world  # spread over the ranks by placement
+        kinds[t.name] = "data_parallel" if dp < tw * bias else "table_wise"
+    return place(spec, cluster, world, kinds)
+
+
 def warm_starts(spec: DLRMSpec, cluster: ClusterSpec, world_size: int | None = None,
                 seed: int = 0) -> dict[str, ShardingPlan]:
     """Every greedy proposal by name: the five DreamShard heuristics and the uniform proposals."""
     world = world_size or cluster.num_gpus
     out = {name: heuristic_plan(name, spec, cluster, world, seed) for name in HEURISTICS}
     out.update(uniform_proposals(spec, cluster, world))
+    for bias in MIXED_BIAS:
+        out[f"mixed_dp_table_wise_{bias:g}"] = mixed_proposal(spec, cluster, world, bias)
     return out
 
 
-__all__ = ["HEURISTICS", "column_shards", "greedy_table_wise", "heuristic_cost", "heuristic_plan", "place",
-           "random_plan", "shard_cost_seconds", "uniform_proposals", "warm_starts"]
+__all__ = ["HEURISTICS", "column_shards", "greedy_table_wise", "heuristic_cost", "heuristic_plan", "mixed_proposal",
+           "place", "random_plan", "shard_cost_seconds", "uniform_proposals", "warm_starts"]

@@ -85,7 +85,7 @@ def proxy_rank_seconds(spec: DLRMSpec, cluster: ClusterSpec) -> RankSeconds:
             cols = table.dim // sharding.num_shards if kind == "column_wise" else table.dim
             share = {"row_wise": 1.0 / len(ranks), "table_row_wise": 1.0 / min(len(ranks), per_node),
                      "data_parallel": 1.0 / world}.get(kind, 1.0)
-            cost = shard_cost_seconds(table, cols, share, spec, cluster, world)
+            cost = shard_cost_seconds(table, cols, share, spec, cluster, world, data_parallel=kind == "data_parallel")
             np.add.at(out, list(ranks), cost)
         return out
 
@@ -166,6 +166,8 @@ def _moves(spec: DLRMSpec, plan: ShardingPlan, ranks: np.ndarray, cluster: Clust
     if on_slow:
         heavy = on_slow[0]
         yield ShardingPlan.from_dict(world, {**current, heavy.name: TableSharding("row_wise", tuple(range(world)))})
+        small = min(on_slow, key=lambda t: t.weight_bytes)  # replicate the smallest: no all-to-all for it
+        yield ShardingPlan.from_dict(world, {**current, small.name: TableSharding("data_parallel", (), "dense")})
 
 
 def local_search(evaluate: PlanEvaluator, start: Candidate, max_evaluations: int = 300,
@@ -194,7 +196,7 @@ def local_search(evaluate: PlanEvaluator, start: Candidate, max_evaluations: int
 
 def search_plans(spec: DLRMSpec, cluster: ClusterSpec, rank_seconds: RankSeconds | None = None, *,
                  world_size: int | None = None, n_trials: int = 30, seed: int = 0, screen: bool | None = None,
-                 finalists: int = 4, local_evaluations: int = 100, local_seconds: float = 20.0) -> PlanSearchResult:
+                 finalists: int = 6, local_evaluations: int = 100, local_seconds: float = 20.0) -> PlanSearchResult:
     """The fastest plan that fits ``cluster`` (module docstring); ``rank_seconds`` defaults to parplan's model.
 
     ``screen``: rank the warm starts and trials with the bandwidth proxy (``proxy_rank_seconds``) and price only

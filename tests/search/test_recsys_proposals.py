@@ -72,3 +72,12 @@ def test_warm_starts_name_the_heuristics_and_uniform_proposals():
     spec = _spec([EmbeddingTable(name=f"t{i}", rows=5000, dim=64) for i in range(10)])
     names = set(warm_starts(spec, CLUSTER))
     assert set(HEURISTICS) <= names and "uniform_row_wise" in names and "uniform_data_parallel" in names
+
+
+def test_mixed_proposal_replicates_tiny_hot_tables_and_shards_big_ones():
+    from search.recsys_proposals import mixed_proposal
+
+    spec = _spec([EmbeddingTable(name="tiny", rows=100, dim=64, pooling_mean=50.0),
+                  EmbeddingTable(name="huge", rows=50_000_000, dim=64, pooling_mean=1.0)])
+    plan = mixed_proposal(spec, CLUSTER)
+    assert plan["tiny"].sharding_type == "data_parallel" and plan["huge"].sharding_type == "table_wise"
