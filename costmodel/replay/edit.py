@@ -43,7 +43,7 @@ def scale_family(graph: Graph, family: str, factor: float) -> Graph:
     """GPU operations of ``family`` take ``factor`` times their duration."""
     out = _copy(graph)
     for node in out.nodes:
-        if node.kind == "gpu" and node.family == family:
+        if node.family == family and node.kind != "marker":  # GPU operations; a CPU-only trace's operators
             node.dur *= factor
     return out
 
@@ -129,11 +129,13 @@ def layer_blocks(graph: Graph, step_index: int) -> list[list[list[int]]]:
     step, nodes = graph.steps[step_index], graph.nodes
     lo, hi = nodes[step.begin].start, nodes[step.end].start
     lanes = [lane for lane in graph.lanes if lane[0] == "gpu" and lane[1] == str(step.rank)]
-    if not lanes:
-        return []
-    busiest = max(lanes, key=lambda lane: len(graph.lanes[lane]))
-    kernels = [i for i in graph.lanes[busiest] if nodes[i].launch is not None
-               and lo <= nodes[nodes[i].launch].start < hi]  # type: ignore[index]
+    if lanes:
+        busiest = max(lanes, key=lambda lane: len(graph.lanes[lane]))
+        kernels = [i for i in graph.lanes[busiest] if nodes[i].launch is not None
+                   and lo <= nodes[nodes[i].launch].start < hi]  # type: ignore[index]
+    else:  # a CPU-only trace: the operators of the iteration's thread
+        kernels = [i for i in graph.lanes[nodes[step.begin].lane] if nodes[i].kind == "cpu"
+                   and nodes[i].family not in ("runtime", "sync", "wait") and lo <= nodes[i].start < hi]
     codes: dict[str, int] = {}
     names = np.array([codes.setdefault(nodes[i].name, len(codes)) for i in kernels], dtype=np.int64)
     found = _longest_repeat(names)
@@ -154,7 +156,7 @@ def _span(graph: Graph, kernels: list[int]) -> set[int]:
     """The CPU calls launching ``kernels`` (and everything between them on their threads) and the GPU
     operations those calls launched."""
     nodes = graph.nodes
-    launchers = [nodes[i].launch for i in kernels]
+    launchers = [nodes[i].launch if nodes[i].kind == "gpu" else i for i in kernels]  # CPU work is its own
     span: set[int] = set()
     for lane in {nodes[i].lane for i in launchers}:  # type: ignore[index]
         times = [nodes[i].start for i in launchers if nodes[i].lane == lane]  # type: ignore[index]
@@ -172,8 +174,9 @@ def change_layers(graph: Graph, delta: int) -> Graph:
             if -delta >= len(repeats):
                 raise SpecError("what-if layers", delta, f"more than -{len(repeats)} (the trace has "
                                                          f"{len(repeats)} repeated layers)")
-            if delta > 0:
-                _repeat(out, _span(graph, repeats[-1]), delta)
+            if delta > 0:  # copies of the repeat of median time: one disturbed repeat is not copied N times
+                typical = sorted(repeats, key=lambda r: sum(graph.nodes[i].dur for i in r))[(len(repeats) - 1) // 2]
+                _repeat(out, _span(graph, typical), delta)
             for kernels in repeats[:max(0, -delta)]:
                 _remove(out, _span(graph, kernels))
     return out

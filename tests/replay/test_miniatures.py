@@ -1,0 +1,84 @@
+"""Reduced what-if miniature (benchmarks/replay_miniatures.py): CPU traces recorded here, one rank, 2 and 4 layers."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from costmodel.replay.edit import apply_what_if, change_group_size, layer_blocks, parse_what_if
+from costmodel.replay.graph import build_graph
+from costmodel.replay.parse import read_trace
+from costmodel.replay.simulate import simulate
+from tests.replay.synth import write
+
+pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from _replay_miniature import Config, record  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def graphs(tmp_path_factory):
+    out = {}
+    for layers in (2, 4):
+        folder = tmp_path_factory.mktemp(f"L{layers}")
+        out[layers] = build_graph([read_trace(record(Config(layers, 1, 2), 0, folder))])
+    return out
+
+
+def _fastest(graph, measured=False):
+    return min(it.measured_s if measured else it.replayed_s for it in simulate(graph).iterations)
+
+
+def test_cpu_trace_operators_are_the_work_and_replay_exactly(graphs):
+    graph = graphs[2]
+    work = [n for n in graph.nodes if n.kind == "cpu"]
+    assert {"gemm", "attention", "elementwise"} <= {n.family for n in work}
+    iterations = simulate(graph).iterations
+    assert len(iterations) >= 4 and all(abs(it.error) < 1e-6 for it in iterations)
+
+
+def test_layer_edit_adds_the_typical_layer_to_each_recorded_step(graphs):
+    """+2 layers: every step grows by two copies of its median-time forward and backward layer (gaps included)."""
+    graph = graphs[2]
+    edited = simulate(apply_what_if(graph, parse_what_if("layers=+2"))).iterations
+    for index, (before, after) in enumerate(zip(simulate(graph).iterations, edited)):
+        blocks = layer_blocks(graph, index)
+        assert len(blocks) == 2 and all(len(repeats) == 2 for repeats in blocks)  # forward and backward, 2 layers
+        typical = sum(_span_time(graph, min(repeats, key=lambda r: _work(graph, r))) for repeats in blocks)
+        assert after.replayed_s - before.replayed_s == pytest.approx(2 * typical * 1e-6, abs=1e-7)  # 0.1 us
+
+
+def test_layer_edits_move_towards_the_measured_other_layer_count(graphs):
+    # Accuracy against the measured traces is benchmarks/replay_miniatures.py's (on a shared, loaded 2-core
+    # machine a step's time varies 2-3x from preemption); here only the direction, which noise cannot flip.
+    assert _fastest(apply_what_if(graphs[2], parse_what_if("layers=+2"))) > _fastest(graphs[2])
+    assert _fastest(apply_what_if(graphs[4], parse_what_if("layers=-2"))) < _fastest(graphs[4])
+
+
+def _work(graph, nodes):
+    return sum(graph.nodes[i].dur for i in nodes)
+
+
+def _span_time(graph, nodes):
+    """Microseconds from the end of the node before the repeat to the end of its last node (its gaps too)."""
+    lane = graph.lanes[graph.nodes[nodes[0]].lane]
+    first, last = lane.index(nodes[0]), lane.index(nodes[-1])
+    return sum(graph.nodes[i].dur + graph.nodes[i].gap for i in lane[first:last + 1])
+
+
+def test_gloo_collective_of_a_cpu_trace_is_retimed_by_the_dp_edit(tmp_path):
+    """A CPU trace's gloo:all_reduce span is a collective node that dp=2x scales by the bus factor."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0.0,
+               "dur": 400.0, "args": {}},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": 10.0, "dur": 200.0,
+               "args": {}},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20.0, "dur": 150.0,
+               "args": {}},
+              {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 1, "ts": 220.0,
+               "dur": 100.0, "args": {}}]
+    graph = build_graph([read_trace(write(tmp_path / "cpu.json", {
+        "traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 2}}))])
+    assert [(n.name, n.family) for n in graph.nodes if n.kind == "cpu"] == [
+        ("aten::linear", "gemm"), ("gloo:all_reduce", "collective")]  # aten::mm is inside aten::linear
+    wider = simulate(change_group_size(graph, 2.0)).iterations[0]
+    assert wider.replayed_s == pytest.approx(400e-6 + 50e-6)  # all_reduce 2(n-1)/n: 1.0 -> 1.5 on 2 -> 4 ranks
