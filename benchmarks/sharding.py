@@ -39,10 +39,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from constraints.recsys_memory import plan_memory  # noqa: E402
 from costmodel.recsys.plan import ShardingPlan  # noqa: E402
 from costmodel.recsys.torchrec_estimate import available, torchrec_evaluate, torchrec_planner_plan  # noqa: E402
-from costmodel.specs.recsys import AccessDistribution, DLRMSpec, EmbeddingTable, access_profiles, dlrm_catalog  # noqa: E402
+from costmodel.specs.recsys import (  # noqa: E402
+    AccessDistribution, DLRMSpec, EmbeddingTable, access_profiles, dlrm_catalog,
+)
 from costmodel.specs.runspec import resolve_cluster  # noqa: E402
 from search.recsys_proposals import HEURISTICS, heuristic_plan  # noqa: E402
 from search.recsys_search import PlanEvaluator, parplan_rank_seconds, search_plans  # noqa: E402

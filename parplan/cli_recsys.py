@@ -87,8 +87,8 @@ def report(run: DLRMRunSpec, plan: ShardingPlan) -> dict[str, Any]:
             "fits": memory.fits, "peak_memory_gib": memory.peak.total_bytes / GiB,
             "usable_memory_gib": memory.usable_bytes / GiB, "peak_rank": memory.peak.rank,
             "memory": memory.peak.as_gib(), "ranks": rows,
-            "plan": {name: {"sharding_type": s.sharding_type, "ranks": list(s.ranks), "compute_kernel": s.compute_kernel}
-                     for name, s in plan.shardings}}
+            "plan": {name: {"sharding_type": s.sharding_type, "ranks": list(s.ranks),
+                            "compute_kernel": s.compute_kernel} for name, s in plan.shardings}}
 
 
 def _print_report(result: dict[str, Any]) -> None:

@@ -13,7 +13,8 @@ from costmodel.specs.runspec import resolve_cluster
 CLUSTER = resolve_cluster({"gpu": "h100-sxm5-80gb", "num_gpus": 4})
 SPEC = DLRMSpec(name="t", tables=tuple(EmbeddingTable(name=f"t{i}", rows=1000 * (i + 1), dim=64) for i in range(4)),
                 bottom_mlp=(13, 64), top_mlp=(64, 1), batch_size=4096)
-PLAN = ShardingPlan.from_dict(4, {"t0": TableSharding("table_wise", (1,)), "t1": TableSharding("row_wise", (0, 1, 2, 3)),
+PLAN = ShardingPlan.from_dict(4, {"t0": TableSharding("table_wise", (1,)),
+                                  "t1": TableSharding("row_wise", (0, 1, 2, 3)),
                                   "t2": TableSharding("column_wise", (2, 3)),
                                   "t3": TableSharding("data_parallel", (), "dense")})
 
