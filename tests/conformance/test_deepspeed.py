@@ -21,16 +21,6 @@ config = pytest.importorskip("deepspeed.runtime.config")
 EXPORTER = EXPORTERS["deepspeed"]
 
 
-@pytest.fixture(scope="module")
-def deepspeed_world(fake_world: None) -> None:
-    """deepspeed.comm over the fake process group (DeepSpeedConfig asks it for the rank)."""
-    import deepspeed.comm
-
-    from tests.conformance.matrix import WORLD
-
-    deepspeed.comm.init_distributed(dist_backend="fake", auto_mpi_discovery=False, rank=0, world_size=WORLD)
-
-
 class DataParallelGroups:
     """The one ``mpu`` method DeepSpeedConfig asks: the data-parallel world of the export."""
 
