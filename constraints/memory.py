@@ -30,7 +30,8 @@ Activations per transformer layer: Korthikanti et al. 2022 (arXiv 2205.05198)
     attention drops the 5as^2b score term and keeps an fp32 log-sum-exp), divided
     by cp. Pipeline stages hold the activations of their in-flight micro-batches:
     stage i of 1F1B holds min(m, pp - i); the interleaved schedule's rank i warms
-    up with 2(pp - i - 1) + (vpp - 1) pp + 1 model chunks (Narayanan et al. 2021,
+    up with 2(pp - i - 1) + (vpp - 1) N + 1 model chunks, N = pp unless pp does not divide
+    the m micro-batches (Llama 3's flexible N, ``microbatches_per_round``) (Narayanan et al. 2021,
     and Korthikanti et al. 2022 Section 4.2.3: the first stage holds
     L (1 + (pp - 1) / (pp vpp)) layers' worth).
     MTP layers (``m`` in the layout) count as one more layer of their stage, each with its own logits.
@@ -376,12 +377,29 @@ def offloaded_layers(run: RunSpec, layers: float) -> float:
     return min(float(run.framework.cpu_offloading_num_layers), layers)
 
 
+def microbatches_per_round(pp: int, num_microbatches: int) -> int:
+    """Micro-batches the interleaved schedule runs through one virtual stage before the next (N).
+
+    Llama 3 (arXiv 2407.21783 Sec. 3.3.2) lets N differ from pp, so a batch may hold any number of
+    micro-batches; PyTorch's interleaved 1F1B takes N = m // max(1, m // pp)
+    (torch/distributed/pipelining/schedules.py ScheduleInterleaved1F1B ``microbatches_per_round``),
+    which is pp when pp divides m, as Megatron-Core's ``microbatch_group_size_per_vp_stage`` default.
+    """
+    return num_microbatches // max(1, num_microbatches // pp)
+
+
 def inflight_chunks(strategy: Strategy, stage: int) -> float:
-    """Model chunks whose activations stage ``stage`` holds at its peak (in layers-of-a-stage units)."""
+    """Model chunks whose activations stage ``stage`` holds at its peak (in layers-of-a-stage units).
+
+    Interleaved: the warm-up forwards ``(vpp - 1) N + 2 (pp - stage - 1)``, capped at ``m vpp``, plus the
+    first steady-state one (PyTorch ``_get_warmup_ops``; Megatron-Core schedules.py
+    ``num_warmup_microbatches`` with N = ``microbatch_group_size_per_vp_stage``).
+    """
     p, v, m = strategy.pp, strategy.vpp, strategy.num_microbatches
     if v == 1:
         return float(min(m, p - stage))
-    chunks = min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1)
+    n = microbatches_per_round(p, m)
+    chunks = min(m * v, 2 * (p - stage - 1) + (v - 1) * n + 1)
     return chunks / v
 
 

@@ -22,6 +22,7 @@ from costmodel.llm.flops import model_flops_per_step
 from costmodel.predict import predict_run
 from costmodel.specs.errors import SpecError
 from costmodel.specs.framework import framework_for_label
+from costmodel.specs.layout import layout_of, pipeline_splits
 from costmodel.specs.runspec import RunSpec, run_spec_from_mapping
 from costmodel.specs.userfile import read_user_file
 
@@ -65,7 +66,26 @@ def _with_row_framework(entry: dict[str, Any]) -> Any:
 
 # Unstated knobs a completion may set, each with the values tried (the run spec's value first).
 COMPLETABLE = {"recompute": ("none", "selective", "full"), "sequence_parallel": (True, False),
-               "zero_stage": (1, 0), "micro_batch_size": (1, 2, 4, 8)}  # no ZeRO-3: a different launcher
+               "zero_stage": (1, 0), "micro_batch_size": (1, 2, 4, 8),  # no ZeRO-3: a different launcher
+               "vpp": (1, 2, 4, 8)}
+
+
+def unstated_knobs(unstated: Sequence[str]) -> list[str]:
+    """The knob each ``unstated`` entry names: its leading word (``"vpp (V not stated)"`` -> ``vpp``)."""
+    return [str(item).strip().split(" ", 1)[0].split("(", 1)[0] for item in unstated]
+
+
+def _knob_values(run: RunSpec, knob: str) -> list[Any]:
+    """The values a completion tries for ``knob``, the run's own first.
+
+    A run that interleaves (``vpp`` > 1) keeps interleaving: its source states the schedule and
+    leaves only V out (Llama 3, arXiv 2407.21783 Sec. 3.3.2), so ``vpp`` = 1 is not tried for it.
+    """
+    current = getattr(run.strategy, knob)
+    values = [current, *[v for v in COMPLETABLE[knob] if v != current]]
+    if knob == "vpp" and current > 1:
+        values = [v for v in values if v > 1]
+    return values
 
 
 def _completions(run: RunSpec, unstated: Sequence[str]) -> list[tuple[tuple[int, int], dict[str, Any]]]:
@@ -74,25 +94,51 @@ def _completions(run: RunSpec, unstated: Sequence[str]) -> list[tuple[tuple[int,
     The distance is (knobs changed, positions moved along each knob's list): fewer changes
     first, and among one change the value listed first (less recomputation, less sharding).
     """
-    knobs = [k for k in COMPLETABLE if k in unstated]
+    named = unstated_knobs(unstated)
+    knobs = [k for k in COMPLETABLE if k in named]
     options: list[tuple[tuple[int, int], dict[str, Any]]] = [((0, 0), {})]
     for knob in knobs:
-        current = getattr(run.strategy, knob)
-        values = [current, *[v for v in COMPLETABLE[knob] if v != current]]
+        values = _knob_values(run, knob)
         options = [((d[0] + (i > 0), d[1] + i), {**c, **({knob: v} if i else {})})
                    for d, c in options for i, v in enumerate(values)]
     return sorted(options, key=lambda o: o[0])
+
+
+def _with_split(run: RunSpec, changes: dict[str, Any]) -> dict[str, Any]:
+    """``changes`` plus the pipeline split Megatron-Core builds at the completed ``vpp``, where one is needed.
+
+    The run's own layout knobs are kept when they still lay out the layers; where they do not (parplan's
+    default uneven split exists only at vpp 1), the accounted split (embedding and loss counted as a
+    layer each: Llama 3's "one Transformer layer [fewer] each from the first and the last stages") or
+    else the first/last-stage counts of ``costmodel.specs.layout.pipeline_splits`` are taken.
+    """
+    s = run.strategy
+    vpp = changes.get("vpp", s.vpp)
+    if vpp == s.vpp or s.pipeline_layout is not None:
+        return changes
+    if not layout_of(run.model, replace(s, vpp=vpp)).problems:
+        return changes
+    splits = pipeline_splits(run.model.num_layers, run.model.mtp_num_layers, s.pp, vpp)
+    split = splits.get("accounted", splits.get("ends"))
+    if split is None:
+        return changes
+    cleared = {"first_stage_layers": None, "last_stage_layers": None,
+               "account_for_embedding": False, "account_for_loss": False}
+    moved = {k: v for k, v in {**cleared, **split}.items() if getattr(s, k) != v}
+    return {**changes, **moved}
 
 
 def nearest_fitting_completion(run: RunSpec, unstated: Sequence[str]) -> tuple[RunSpec, dict[str, Any]] | None:
     """The completion of ``run``'s unstated knobs nearest to the defaults that fits, or None.
 
     A published run ran, so a completion that does not fit is not what was launched; the
-    search covers only the knobs the source leaves out (``COMPLETABLE``).
+    search covers only the knobs the source leaves out (``COMPLETABLE``), and a completed
+    ``vpp`` takes the pipeline split that lays the layers out at it (``_with_split``).
     """
     for _, changes in _completions(run, unstated):
         if not changes:
             continue
+        changes = _with_split(run, changes)
         try:
             candidate = run.with_strategy(replace(run.strategy, **changes))
         except SpecError:
