@@ -25,7 +25,7 @@ from costmodel.replay.graph import Graph
 from costmodel.replay.parse import RawTrace
 from costmodel.specs.errors import SpecError
 
-__all__ = ["apply_what_if", "change_group_size", "change_layers", "collective_op", "parse_what_if",
+__all__ = ["apply_what_if", "change_group_size", "change_layers", "collective_op", "fastest_steps", "parse_what_if",
            "remove_syncs", "scale_family", "scale_network", "typical_launch_latency"]
 
 FAMILIES: Final = ("gemm", "attention", "conv", "elementwise", "collective", "memcpy", "memset")
@@ -103,6 +103,34 @@ def typical_launch_latency(graph: Graph) -> Graph:
     return out
 
 
+def fastest_steps(graph: Graph) -> Graph:
+    """Each iteration's operators and gaps at their fastest among the iterations that ran the same sequence.
+
+    For CPU-only traces on a shared machine, where preemption lands on whichever operator was running:
+    interference only adds time, so the fastest instance of each position is the closest to its own time.
+    Iterations of one thread with equal operator names in order form a group; GPU graphs are returned as
+    they are (their kernels are not preempted that way).
+    """
+    out = _copy(graph)
+    nodes = out.nodes
+    if any(n.kind == "gpu" for n in nodes):
+        return out
+    groups: dict[tuple[object, ...], list[list[int]]] = {}
+    for step in out.steps:
+        lane = out.lanes[nodes[step.begin].lane]
+        members = lane[lane.index(step.begin) + 1:lane.index(step.end) + 1]  # its work, then its end marker
+        names = tuple(nodes[i].name for i in members[:-1])  # the end marker is named for its step
+        groups.setdefault((nodes[step.begin].lane, names), []).append(members)
+    for runs in groups.values():
+        if len(runs) < 2:
+            continue
+        for position in zip(*runs):
+            dur, gap = min(nodes[i].dur for i in position), min(nodes[i].gap for i in position)
+            for i in position:
+                nodes[i].dur, nodes[i].gap = dur, gap
+    return out
+
+
 def _longest_repeat(names: np.ndarray, min_period: int = 4) -> tuple[int, int, int] | None:
     """(start, period, repeats) of the longest run of a repeated block in ``names``, or None."""
     best: tuple[int, int, int] | None = None
@@ -170,7 +198,10 @@ def change_layers(graph: Graph, delta: int) -> Graph:
     """``delta`` more (or, negative, fewer) copies of each iteration's repeated layer block(s)."""
     out = _copy(graph)
     for step_index in range(len(graph.steps)):
-        for repeats in layer_blocks(graph, step_index):
+        blocks = layer_blocks(graph, step_index)
+        if blocks:
+            _scale_per_parameter(out, step_index, (len(blocks[0]) + delta) / len(blocks[0]))
+        for repeats in blocks:
             if -delta >= len(repeats):
                 raise SpecError("what-if layers", delta, f"more than -{len(repeats)} (the trace has "
                                                          f"{len(repeats)} repeated layers)")
@@ -180,6 +211,21 @@ def change_layers(graph: Graph, delta: int) -> Graph:
             for kernels in repeats[:max(0, -delta)]:
                 _remove(out, _span(graph, kernels))
     return out
+
+
+# Work whose time is proportional to the parameter count: the optimizer step and zero_grad annotations of
+# torch.optim (CPU traces), and the multi-tensor-apply / fused optimizer kernels (GPU traces).
+_PER_PARAMETER: Final = re.compile(r"^Optimizer\.(step|zero_grad)#|multi_tensor_apply|fused_adam", re.IGNORECASE)
+
+
+def _scale_per_parameter(graph: Graph, step_index: int, factor: float) -> None:
+    """Per-parameter work of one iteration x ``factor``: the layers hold (nearly) all parameters."""
+    step, nodes = graph.steps[step_index], graph.nodes
+    lo, hi = nodes[step.begin].start, nodes[step.end].start
+    for node in nodes:
+        if node.rank == step.rank and node.kind != "marker" and lo <= node.start < hi \
+                and _PER_PARAMETER.search(node.name):
+            node.dur *= factor
 
 
 def _repeat(graph: Graph, span: set[int], copies: int) -> None:

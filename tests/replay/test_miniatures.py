@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.replay.edit import apply_what_if, change_group_size, layer_blocks, parse_what_if
+from costmodel.replay.edit import apply_what_if, change_group_size, fastest_steps, layer_blocks, parse_what_if
 from costmodel.replay.graph import build_graph
 from costmodel.replay.parse import read_trace
 from costmodel.replay.simulate import simulate
@@ -38,14 +38,26 @@ def test_cpu_trace_operators_are_the_work_and_replay_exactly(graphs):
 
 
 def test_layer_edit_adds_the_typical_layer_to_each_recorded_step(graphs):
-    """+2 layers: every step grows by two copies of its median-time forward and backward layer (gaps included)."""
+    """+2 layers: every step grows by two copies of its median-time forward and backward layer (gaps included),
+    and its optimizer step and zero_grad (per-parameter work) by 4/2."""
     graph = graphs[2]
     edited = simulate(apply_what_if(graph, parse_what_if("layers=+2"))).iterations
     for index, (before, after) in enumerate(zip(simulate(graph).iterations, edited)):
         blocks = layer_blocks(graph, index)
         assert len(blocks) == 2 and all(len(repeats) == 2 for repeats in blocks)  # forward and backward, 2 layers
         typical = sum(_span_time(graph, min(repeats, key=lambda r: _work(graph, r))) for repeats in blocks)
-        assert after.replayed_s - before.replayed_s == pytest.approx(2 * typical * 1e-6, abs=1e-7)  # 0.1 us
+        step = graph.steps[index]
+        optimizer = sum(n.dur for n in graph.nodes if n.name.startswith("Optimizer.")
+                        and graph.nodes[step.begin].start <= n.start < graph.nodes[step.end].start)
+        assert optimizer > 0
+        assert after.replayed_s - before.replayed_s == pytest.approx((2 * typical + optimizer) * 1e-6, abs=1e-7)
+
+
+def test_fastest_steps_take_each_operator_at_its_fastest(graphs):
+    graph = graphs[4]
+    fast = simulate(fastest_steps(graph)).iterations
+    assert len({round(it.replayed_s, 12) for it in fast}) == 1  # one sequence: one time
+    assert fast[0].replayed_s <= min(it.measured_s for it in simulate(graph).iterations) + 1e-12
 
 
 def test_layer_edits_move_towards_the_measured_other_layer_count(graphs):
