@@ -64,3 +64,6 @@ HELD_OUT = ("dgxc-benchmarking", "megatron-bridge/latest/performance", "megatron
 def test_row_cites_no_held_out_source(entry: dict) -> None:
     text = " ".join(str(entry.get(k, "")) for k in ("source", "measured")).lower()
     assert not [h for h in HELD_OUT if h in text]
+    # any version of the Megatron-Bridge performance pages, and torchtitan's docs/performance.md H100 tables
+    assert not ("megatron-bridge" in text and "performance" in text), entry["id"]
+    assert not ("torchtitan" in text and "performance.md" in text and "h100" in text), entry["id"]
