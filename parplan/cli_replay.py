@@ -59,6 +59,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if getattr(args, flag) is not None:
             raise SpecError(f"--{flag}", getattr(args, flag), "only with `parplan replay fit`")
     edits = parse_what_if(args.what_if) if args.what_if is not None else None  # before any file is read
+    if args.profile is not None and not any(key == "gpu" for key, _ in edits or ()):
+        raise SpecError("--profile", args.profile, "used with `parplan replay fit` or a --what-if gpu=... edit")
     traces = [read_trace(path) for path in args.traces]
     ranks = [t.rank for t in traces]
     if len(set(ranks)) != len(ranks):

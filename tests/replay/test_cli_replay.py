@@ -49,3 +49,12 @@ def test_plot_writes_a_png_and_never_replaces_another_file(tmp_path, capsys):
     assert main(["replay", str(path), "--plot", str(other)]) == 2
     assert "--plot" in capsys.readouterr().err and other.read_text() == "not a png"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left behind
+
+
+def test_fit_only_flags_are_refused_outside_fit(tmp_path, capsys):
+    path = write(tmp_path / "t.json", synthetic_trace())
+    for argv in (["replay", str(path), "--gpu", "h100-sxm5-80gb"], ["replay", str(path), "--out", str(tmp_path / "o")],
+                 ["replay", str(path), "--profile", str(tmp_path)]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
