@@ -24,6 +24,20 @@ replicates across groups: gathers and reduce-scatters run over the shard group, 
 reduce-scatter is followed, on the same channel, by an all-reduce of the gradient shard over
 the replicate group (FSDP2's HSDP post-backward: reduce-scatter, then all-reduce of the
 shard; torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce).
+
+FSDP2 under ``torch.distributed.pipelining`` (torchtitan and NeMo Automodel with ``pp`` > 1) does
+not gather and reduce per micro-batch: before every micro-batch's backward the stage calls
+``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)``, and after the
+stage's last backward of the schedule step it runs every parameter group's ``post_backward`` (the
+reduce-scatter of the accumulated gradients, then the reshard) and
+``_root_post_backward_final_callback``, which makes the compute stream wait for those
+reduce-scatters (torch/distributed/pipelining/stage.py ``backward_maybe_with_nosync`` and
+``perform_reduce_grad``, PyTorch 2.9-2.13; NeMo Automodel @01926a5c
+nemo_automodel/components/moe/fsdp_mixin.py ``patched_backward_maybe_with_nosync`` does the
+same for its fully_shard-ed model parts). So per schedule step a layer is gathered by the
+first forward that touches it and stays gathered (``reshard_after_forward`` off), or is
+resharded after each forward and gathered again by each backward (on); its gradients are
+reduce-scattered once, after the stage's last backward, exposed (``pipelined_fsdp2``).
 """
 
 from __future__ import annotations
@@ -45,6 +59,7 @@ __all__ = [
     "bucketed_reduce_exposed_s",
     "gradient_sync_seconds",
     "overlapped_seconds",
+    "pipelined_fsdp2",
     "prefetch_layers",
     "sharded_pass_seconds",
     "sharding_settings",
@@ -123,6 +138,10 @@ DEEPSPEED_ZERO3: Final = ShardingSettings(prefetch_params=5e7, prefetch_whole_un
                                           reshard_after_forward=True, reduce_bytes=2)
 
 
+# The framework file's ``fsdp_reshard_after_forward`` as ``ShardingSettings.reshard_after_forward``.
+_RESHARD_POLICY: Final = {"always": True, "never": False, "not_pp": None}
+
+
 def sharding_settings(run: Any) -> ShardingSettings:
     """The ZeRO-3 settings of ``run``'s framework (``costmodel.specs.framework.Framework``).
 
@@ -137,9 +156,22 @@ def sharding_settings(run: Any) -> ShardingSettings:
     by_layers = replace(FSDP2, prefetch_layers=float(framework.fsdp_prefetch_layers))
     if framework.fsdp_implementation != "fsdp2":  # GSPMD: XLA gathers into the buffer the layer reads
         by_layers = replace(by_layers, copy_out_bytes=0)
+    by_layers = replace(by_layers, reshard_after_forward=_RESHARD_POLICY[framework.fsdp_reshard_after_forward])
     base = {"megatron-fsdp": MEGATRON_FSDP, "deepspeed-zero3": DEEPSPEED_ZERO3}.get(
         framework.fsdp_implementation, by_layers)
     return replace(base, reduce_bytes=framework.grad_reduce_bytes)
+
+
+
+def pipelined_fsdp2(run: Any) -> bool:
+    """Whether ``run``'s ZeRO-3 is FSDP2 driven by torch.distributed.pipelining (sync once per schedule step).
+
+    True for ``pp`` > 1 with the ``fsdp2`` implementation (the default without a framework); see
+    the module docstring for the mechanism and its source.
+    """
+    framework = getattr(run, "framework", None)
+    implementation = framework.fsdp_implementation if framework is not None else "fsdp2"
+    return implementation == "fsdp2" and run.strategy.pp > 1
 
 
 def prefetch_layers(settings: ShardingSettings, layer_params: float) -> float:
@@ -150,7 +182,7 @@ def prefetch_layers(settings: ShardingSettings, layer_params: float) -> float:
     return float(math.ceil(units)) if settings.prefetch_whole_units else units
 
 
-def backward_gathers(settings: ShardingSettings, pp: int, recompute: str) -> float:
+def backward_gathers(settings: ShardingSettings, pp: int, recompute: str, pipelined: bool = False) -> float:
     """All-gathers of one layer in its backward: 1 after a reshard, else the share of layers recomputed whole.
 
     ``recompute`` is the run's recomputation policy (``costmodel.llm.recompute``).
@@ -158,11 +190,15 @@ def backward_gathers(settings: ShardingSettings, pp: int, recompute: str) -> flo
     With ``reshard_after_forward`` off, full recomputation still re-gathers: FSDP2's
     post-backward reshard is unconditional, so the recomputed forward finds the parameters
     sharded and all-gathers them (github.com/Robbyant/lingbot-vla pull 50, profiler analysis).
+    Under ``pipelined`` FSDP2 (``pipelined_fsdp2``) the stage turns the post-backward reshard
+    off, so a layer kept gathered after its forward is not gathered again, recomputed or not.
     """
     reshard = settings.reshard_after_forward
     if reshard is None:
         reshard = pp == 1
-    return 1.0 if reshard else layer_recompute_fraction(recompute)
+    if reshard:
+        return 1.0
+    return 0.0 if pipelined else layer_recompute_fraction(recompute)
 
 
 def _finish(start: float, work: float, busy: list[tuple[float, float]], first: int,
@@ -254,14 +290,16 @@ def sharded_pass_seconds(layers: int, compute_s: float, gather_s: float, scatter
 
 def zero3_microbatch_seconds(layers: int, forward_s: float, backward_s: float, gather_s: float,
                              scatter_s: float, prefetch: float, bwd_gathers: float,
-                             slowdown: float = NCCL_COMPUTE_SLOWDOWN) -> float:
+                             slowdown: float = NCCL_COMPUTE_SLOWDOWN, fwd_gathers: float = 1.0) -> float:
     """Forward and backward of one micro-batch of a ZeRO-3 stage (stage totals in, seconds out).
 
     ``forward_s`` / ``backward_s`` are the stage's compute alone (backward includes any
-    recomputation); the reduce-scatter of the last backward layer ends the micro-batch.
+    recomputation); the reduce-scatter of the last backward layer ends the micro-batch
+    (``scatter_s`` 0: the gradients are reduced later, as pipelined FSDP2 does).
+    ``fwd_gathers`` / ``bwd_gathers``: all-gathers of one layer per forward / backward.
     """
     n = max(layers, 1)
-    fwd = sharded_pass_seconds(n, forward_s / n, gather_s, 0.0, prefetch, slowdown)
+    fwd = sharded_pass_seconds(n, forward_s / n, gather_s * fwd_gathers, 0.0, prefetch, slowdown)
     bwd = sharded_pass_seconds(n, backward_s / n, gather_s * bwd_gathers, scatter_s, prefetch, slowdown)
     return fwd + bwd
 

@@ -37,7 +37,9 @@ from costmodel.llm.sharding import (
     backward_gathers,
     bucketed_reduce_exposed_s,
     gradient_sync_seconds,
+    pipelined_fsdp2,
     prefetch_layers,
+    sharded_pass_seconds,
     sharding_settings,
     zero3_microbatch_seconds,
 )
@@ -174,28 +176,68 @@ def _sync(timer: OperatorTimer, op: str, grad_bytes: float, g: Any, replicate: A
     return gradient_sync_seconds(op, grad_bytes, g, replicate, lambda o, b, p: _collective(timer, o, b, p, gpu))
 
 
-def _zero3_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: int, moe_layers: int,
-                   pp_rank: int | None = None) -> float:
-    """ZeRO-3 seconds per micro-batch beyond the stage's compute: its layers' gathers and reduce-scatters replayed."""
-    s, gpu = run.strategy, run.cluster.gpu
+@dataclass(frozen=True)
+class _Zero3Layer:
+    """One layer's ZeRO-3 collectives on one rank (expert ones spread over all layers) and how they overlap."""
+
+    gather_s: float
+    scatter_s: float
+    prefetch: float
+    copy_s: float  # post-gather copy-out on the compute stream, per gather
+
+
+def _zero3_layer(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: int, moe_layers: int,
+                 pp_rank: int | None = None) -> _Zero3Layer:
     settings = sharding_settings(run)
     n = max(layers, 1)
-    gather = scatter = 0.0
-    total_params = 0.0
+    gather = scatter = total_params = 0.0
     for params, g, replicate in _shard_groups(run, stage, pp_rank):
         # expert parameters live in the MoE layers only: time one such layer's collective, spread over all
         holders = moe_layers if g.kind == "edp" else n
         share = max(holders, 1) / n
         per_layer = params / max(holders, 1)
-        gather += share * _collective(timer, "all_gather", per_layer * settings.gather_bytes, g, gpu)
-        scatter += share * _sync(timer, "reduce_scatter", per_layer * settings.reduce_bytes, g, replicate, gpu)
+        gather += share * _collective(timer, "all_gather", per_layer * settings.gather_bytes, g, run.cluster.gpu)
+        scatter += share * _sync(timer, "reduce_scatter", per_layer * settings.reduce_bytes, g, replicate,
+                                 run.cluster.gpu)
         total_params += params
-    prefetch = prefetch_layers(settings, total_params / n)
-    gathers = backward_gathers(settings, s.pp, recompute_policy(run))
-    copy = _copy_out_seconds(timer, total_params / n, settings.copy_out_bytes)  # per gather, on the compute stream
-    forward, backward = stage.forward_s + n * copy, stage.backward_s + n * gathers * copy
-    total = zero3_microbatch_seconds(n, forward, backward, gather, scatter, prefetch, gathers)
+    return _Zero3Layer(gather, scatter, prefetch_layers(settings, total_params / n),
+                       _copy_out_seconds(timer, total_params / n, settings.copy_out_bytes))
+
+
+def _zero3_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: int, moe_layers: int,
+                   pp_rank: int | None = None) -> float:
+    """ZeRO-3 seconds per micro-batch beyond the stage's compute: its layers' gathers and reduce-scatters replayed.
+
+    Pipelined FSDP2 (``pipelined_fsdp2``) reduces once per step (``_zero3_step_exposed``) and gathers
+    per micro-batch only in the backward, after a reshard.
+    """
+    n = max(layers, 1)
+    z = _zero3_layer(run, timer, stage, layers, moe_layers, pp_rank)
+    pipelined = pipelined_fsdp2(run)
+    gathers = backward_gathers(sharding_settings(run), run.strategy.pp, recompute_policy(run), pipelined)
+    fwd_gathers = 0.0 if pipelined else 1.0
+    forward, backward = stage.forward_s + n * fwd_gathers * z.copy_s, stage.backward_s + n * gathers * z.copy_s
+    total = zero3_microbatch_seconds(n, forward, backward, z.gather_s, 0.0 if pipelined else z.scatter_s,
+                                     z.prefetch, gathers, fwd_gathers=fwd_gathers)
     return max(0.0, total - stage.forward_s - stage.backward_s)
+
+
+def _zero3_step_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute,
+                        pp_rank: int | None = None) -> tuple[float, float]:
+    """(first gathers, reduce-scatters) of pipelined FSDP2, once per step: exposed seconds of ``stage``.
+
+    The first forward of the step gathers each layer under the implementation's prefetch; after
+    the stage's last backward every layer's reduce-scatter runs, the compute stream waiting on them
+    (``costmodel.llm.sharding`` module docstring).
+    """
+    if not (run.strategy.dp * run.strategy.cp > 1 and run.strategy.zero_stage == 3 and pipelined_fsdp2(run)):
+        return 0.0, 0.0
+    dense_layers, moe_layers = stage_layer_counts(run.model, run.strategy, stage.stage)
+    n = max(int(dense_layers + moe_layers), 1)
+    z = _zero3_layer(run, timer, stage, n, int(moe_layers), pp_rank)
+    layer_forward = stage.forward_s / n + z.copy_s
+    head = sharded_pass_seconds(n, layer_forward, z.gather_s, 0.0, z.prefetch) - n * layer_forward
+    return max(head, 0.0), n * z.scatter_s
 
 
 def _copy_out_seconds(timer: OperatorTimer, layer_params: float, bytes_per_param: int) -> float:
@@ -221,12 +263,15 @@ def _zero2_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_r
 def _dp_tail(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: int | None = None) -> float:
     """Exposed gradient sync and parameter all-gather after the last backward of ``stage``.
 
-    ZeRO-3 and ZeRO-2 reduce their gradients inside every micro-batch (``_layer_comm``);
+    ZeRO-3 and ZeRO-2 reduce their gradients inside every micro-batch (``_layer_comm``), except
+    pipelined FSDP2, which reduce-scatters after the stage's last backward (``_zero3_step_exposed``);
     ZeRO-0/1 reduce once, bucket by bucket under the last backward.
     """
     s, gpu = run.strategy, run.cluster.gpu
-    if s.dp * s.cp == 1 or s.zero_stage == 3:
+    if s.dp * s.cp == 1:
         return 0.0
+    if s.zero_stage == 3:
+        return _zero3_step_exposed(run, timer, stage, pp_rank)[1]
     wire = grad_reduce_bytes(run)
     total = 0.0
     for params, g, replicate in _shard_groups(run, stage, pp_rank):
@@ -293,6 +338,8 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
         slack += t.backward_s
     tail, dp_exposed, optimizer = max(tails)
     tail = max(tail, 0.0)
+    # pipelined FSDP2's first gathers of the step, on the slowest stage's start
+    head = max(_zero3_step_exposed(run, timer, t.compute, st)[0] for st, t in enumerate(stages))
     optimizer = min(optimizer, tail)
     k = stages[flush.bottleneck]
     c = k.compute
@@ -303,7 +350,7 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
         "ep_comm_s": m * k.ep_s,
         "pp_comm_s": flush.p2p_s,
         "pp_bubble_s": flush.bubble_s,
-        "dp_comm_exposed_s": m * k.zero3_s + (tail - optimizer),
+        "dp_comm_exposed_s": m * k.zero3_s + (tail - optimizer) + head,
         "optimizer_s": optimizer,
         "other_s": m * k.overhead_s,
     }

@@ -84,17 +84,38 @@ def test_prefetch_windows_of_each_implementation() -> None:
 
 
 def test_recompute_adds_regather() -> None:
-    # torchtitan keeps parameters gathered after the forward under PP; full recompute re-gathers them
-    assert backward_gathers(FSDP2, pp=2, recompute="selective") == 0
-    assert backward_gathers(FSDP2, pp=2, recompute="full") == 1
+    # parameters kept gathered after the forward (Automodel's reshard_after_forward: never) without
+    # pipelining: FSDP2's post-backward reshard is unconditional, so full recompute gathers again
     from costmodel.specs.framework import get_framework
 
-    torchtitan = get_framework("torchtitan")
-    selective = _predict(replace(_run(dp=16, pp=2, gbs=64, net_scale=0.02, recompute="selective"),
-                                 framework=torchtitan))
-    full = _predict(replace(_run(dp=16, pp=2, gbs=64, net_scale=0.02, recompute="full"), framework=torchtitan))
+    kept = replace(FSDP2, reshard_after_forward=False)
+    assert backward_gathers(kept, pp=1, recompute="selective") == 0
+    assert backward_gathers(kept, pp=1, recompute="full") == 1
+    automodel = get_framework("automodel")
+    selective = _predict(replace(_run(dp=16, gbs=64, net_scale=0.02, recompute="selective"), framework=automodel))
+    full = _predict(replace(_run(dp=16, gbs=64, net_scale=0.02, recompute="full"), framework=automodel))
     gained = full.breakdown["dp_comm_exposed_s"] - selective.breakdown["dp_comm_exposed_s"]
     assert gained > 0
+
+
+def test_pipelined_fsdp2_keeps_parameters_gathered_through_recompute() -> None:
+    # torch.distributed.pipelining turns the post-backward reshard off per micro-batch
+    assert backward_gathers(FSDP2, pp=2, recompute="full", pipelined=True) == 0
+    assert backward_gathers(replace(FSDP2, reshard_after_forward=True), pp=2, recompute="none", pipelined=True) == 1
+
+
+def test_pipelined_fsdp2_syncs_once_per_step_not_per_microbatch() -> None:
+    # FSDP2 under PP gathers on the step's first forward and reduce-scatters after the last
+    # backward: its sharding time does not grow with the micro-batches, Megatron-FSDP's does
+    from costmodel.specs.framework import get_framework
+
+    def sharding_s(framework: str, gbs: int) -> float:
+        run = replace(_run(dp=16, pp=2, gbs=gbs, net_scale=0.05), framework=get_framework(framework))
+        return _predict(run).breakdown["dp_comm_exposed_s"]
+
+    assert sharding_s("torchtitan", 128) == pytest.approx(sharding_s("torchtitan", 32), rel=1e-6)
+    assert sharding_s("torchtitan", 32) > 0
+    assert sharding_s("megatron-core", 128) > 2 * sharding_s("megatron-core", 32)
 
 
 def test_comm_bound_floor() -> None:
