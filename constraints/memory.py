@@ -13,7 +13,8 @@ Model states (bytes per parameter, mixed precision with Adam), read from the run
     The optimizer's weights and Adam's moments take ``Framework.master_weights_dtype`` and
     ``adam_moments_dtype``: NeMo Automodel keeps bf16 parameters stepped in place by torch Adam
     with bf16 moments (2 + 2 + 4), DeepSeek-V3 bf16 moments beside fp32 master weights.
-    ``Framework.pipeline_parameter_copies`` (DualPipe: 2) multiplies the model states.
+    ``Strategy.pipeline_parameter_copies`` (DualPipe: 2) multiplies the weights (its sources state
+    parameters only; gradients and optimizer states are counted once).
     Megatron's bf16-params / fp32-grads total is 18 bytes/param (Megatron-LM
     docs/user-guide/features/dist_optimizer.md). ZeRO stage 1 (= Megatron distributed
     optimizer) shards the optimizer bytes over the data-parallel ranks (dp * cp), stage 2
@@ -71,10 +72,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from constraints.workspace import userbuffer_bytes
-from constraints.moe_buffers import deepep_buffer_bytes, dispatch_rows_factor, dispatched_token_bytes
+from constraints.moe_buffers import deepep_buffer_bytes, dispatched_token_bytes
 from costmodel.specs.framework import BYTES, Framework
 from costmodel.specs.gpu import GiB
 from costmodel.specs.model import ModelSpec
+from costmodel.specs.moe_tokens import dispatcher, load_factor
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.layout import MTP, layout_of, stage_layer_counts
 from costmodel.specs.strategy import Strategy
@@ -248,10 +250,9 @@ def model_state_bytes(run: RunSpec, stage: int) -> tuple[float, float, float, fl
         weights += gemm * (fp8 - weight_bytes if fw.fp8_param_gather and fw.separate_master_weights else fp8)
     grads = sharded(dense, grad_bytes, shards_dense, 2) + sharded(expert, grad_bytes, shards_expert, 2)
     optim = sharded(dense, optim_bytes, shards_dense, 1) + sharded(expert, optim_bytes, shards_expert, 1)
-    # DualPipe-like schedules hold a second stage's parameters; its gradients and optimizer states are
-    # counted with it (the report states only "two copies of the parameters": this is the upper bound).
-    copies = fw.pipeline_parameter_copies
-    weights, grads, optim = weights * copies, grads * copies, optim * copies
+    # DualPipe holds a second stage's parameters (Strategy.pipeline_parameter_copies). Its sources state
+    # parameters only, so gradients and optimizer states are counted once.
+    weights *= s.pipeline_parameter_copies
     # Korthikanti et al. 2022 Figure 1 convention: 18 bytes x 12 l h^2 / (tp pp), unsharded.
     layer_states = 18 * 12 * model.num_layers * model.hidden_size**2 / (s.tp * s.pp)
     return weights, grads, optim, layer_states
@@ -285,7 +286,7 @@ def activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, seq_length:
     # MLP block: LN input, fc1 input, inner activations, output dropout mask.
     ffn = model.moe_ffn_hidden_size if moe else model.ffn_hidden_size
     inner = (6 if model.activation == "swiglu" else 4) * s * b * ffn / t  # type: ignore[operator]
-    tokens_factor = model.moe_router_topk * dispatch_rows_factor(strategy) if moe else 1
+    tokens_factor = model.moe_router_topk * load_factor(strategy) if moe else 1
     mlp = (2 * s * b * h + 2 * s * b * h) / replicated + inner * tokens_factor + drop * s * b * h / replicated
     if moe:
         mlp += 2 * s * b * h * tokens_factor / replicated  # permuted tokens kept for the expert GEMMs
@@ -345,7 +346,7 @@ def deepseek_v3_saved_activation_bytes_per_layer(model: ModelSpec, strategy: Str
 
     if moe:
         ffn = model.moe_ffn_hidden_size or 0
-        ffn_part = mlp(ffn, model.moe_router_topk * dispatch_rows_factor(strategy)) + mlp(ffn, model.num_shared_experts)
+        ffn_part = mlp(ffn, model.moe_router_topk * load_factor(strategy)) + mlp(ffn, model.num_shared_experts)
         ffn_part += 4 * s * b * model.num_experts / replicated
     else:
         ffn_part = mlp(model.ffn_hidden_size or 0, 1)
@@ -442,7 +443,7 @@ def other_bytes(run: RunSpec, stage: int) -> float:
         out += zero3_gather_bytes(run, stage)
     if model.is_moe:
         out += dispatched_token_bytes(model, s, run.seq_length)
-        if (s.moe_token_dispatcher or run.framework.moe_token_dispatcher) in ("flex", "hybridep"):
+        if dispatcher(run) in ("flex", "hybridep"):
             out += deepep_buffer_bytes(model.hidden_size, s.ep * s.expert_tensor_parallel_size)
     out += userbuffer_bytes(run)
     layer_sac = s.recompute == "selective" and run.framework.selective_recompute == "layer"

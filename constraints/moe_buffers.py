@@ -1,11 +1,10 @@
 """Per-GPU bytes of MoE token dispatch: the dispatched and combined tokens, and DeepEP's fixed buffers.
 
-Tokens. A rank sends ``top_k`` copies of each of its tokens and, balanced, receives as many; the
-dispatched tokens (the experts' input) and the combined ones (their output, before the weighted
-sum) are both alive around the expert GEMMs. The busiest rank receives ``dispatch_rows_factor``
-times that: the capacity factor where tokens are padded to capacity and dropped beyond it
-(Megatron-Core ``moe_expert_capacity_factor`` with ``moe_pad_expert_input_to_capacity``), else
-the drop-less worst case the run states as ``moe_load_imbalance`` (1 when balanced).
+Tokens. The dispatched tokens (the experts' input) and the combined ones (their output, before
+the weighted sum) are both alive around the expert GEMMs: the busiest rank's expert rows each,
+``costmodel.specs.moe_tokens.expert_rows``, the formula the time model uses (the rank's ``1/tp``
+share under sequence parallelism, ``top_k`` copies, all-gathered over expert TP, times the
+capacity factor where tokens are padded to capacity, else the drop-less ``moe_load_imbalance``).
 
 DeepEP (Megatron-Core's ``flex`` dispatcher) also allocates fixed communication buffers once per
 EP group, sized by its recommended configs: Megatron-LM @d98e8a64
@@ -19,6 +18,7 @@ max(element size, 2)``; the hints are github.com/deepseek-ai/DeepEP @567632d csr
 from __future__ import annotations
 
 from costmodel.specs.model import ModelSpec
+from costmodel.specs.moe_tokens import expert_rows
 from costmodel.specs.strategy import Strategy
 
 BYTES_16BIT = 2
@@ -40,18 +40,9 @@ DEEPEP_COMBINE = {2: (256, 6, 128), 4: (256, 6, 128), 8: (256, 6, 128), 16: (288
                   128: (560, 8, 128), 144: (720, 8, 128), 160: (720, 8, 128)}
 
 
-def dispatch_rows_factor(strategy: Strategy) -> float:
-    """Token rows the busiest EP rank receives over the balanced rows (see the module docstring)."""
-    if strategy.moe_capacity_factor is not None:
-        return float(strategy.moe_capacity_factor)
-    imbalance = strategy.moe_load_imbalance
-    return 1.0 if imbalance in (None, "balanced") else float(imbalance)  # type: ignore[arg-type]
-
-
 def dispatched_token_bytes(model: ModelSpec, strategy: Strategy, seq_length: int) -> float:
     """16-bit dispatched plus combined tokens of one MoE layer on the busiest rank, per micro-batch."""
-    tokens = strategy.micro_batch_size * seq_length / strategy.cp
-    return 2 * BYTES_16BIT * model.moe_router_topk * tokens * model.hidden_size * dispatch_rows_factor(strategy)
+    return 2 * BYTES_16BIT * expert_rows(model, strategy, seq_length) * model.hidden_size
 
 
 def _align_up(value: int, unit: int) -> int:

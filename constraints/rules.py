@@ -247,6 +247,34 @@ def framework_runs_tp_comm_overlap(run: RunSpec) -> str | None:
     return None
 
 
+def pipeline_schedule_runs(run: RunSpec) -> str | None:
+    """The framework implements the named schedule (``Framework.pipeline_schedules``), at a shape it runs.
+
+    DualPipe: github.com/deepseek-ai/DualPipe dualpipe/dualpipe.py ``DualPipe.step`` asserts
+    ``num_ranks % 2 == 0`` and ``num_chunks % 2 == 0 and num_chunks >= num_ranks * 2`` (the
+    micro-batches split half per direction); each rank holds exactly two stages (arXiv 2412.19437
+    Sec. 3.2.1), so no further interleaving (vpp 1).
+    """
+    fw, s = run.framework, run.strategy
+    name = s.pipeline_schedule
+    if name is None:
+        return None
+    if name not in fw.pipeline_schedules:
+        return (f"pipeline_schedule={name} is not offered by {fw.display_name} (framework {fw.name} runs "
+                f"{', '.join(fw.pipeline_schedules)})")
+    if name != "dualpipe":
+        return None
+    m = s.num_microbatches
+    if s.pp < 2 or s.pp % 2:
+        return f"pipeline_schedule=dualpipe needs an even pp >= 2, got pp={s.pp}"
+    if s.vpp != 1:
+        return f"pipeline_schedule=dualpipe holds two stages per rank itself and needs vpp=1, got vpp={s.vpp}"
+    if m % 2 or m < 2 * s.pp:
+        return (f"pipeline_schedule=dualpipe needs an even number of micro-batches >= 2*pp = {2 * s.pp}, "
+                f"got {m}")
+    return None
+
+
 def precision_supported(run: RunSpec) -> str | None:
     gpu, precision = run.cluster.gpu, run.strategy.precision
     if not gpu.supports(precision):
@@ -276,6 +304,7 @@ RULES: tuple[Rule, ...] = (
     framework_runs_cp_comm_type,
     framework_runs_precision,
     framework_runs_tp_comm_overlap,
+    pipeline_schedule_runs,
 )
 
 

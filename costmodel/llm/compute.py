@@ -30,6 +30,7 @@ class StageCompute:
     optimizer_s: float
     attention_s: float  # forward attention kernels per micro-batch (what CP's ring exchange overlaps)
     notes: tuple[str, ...]
+    wgrad_s: float = 0.0  # the weight-gradient GEMMs of backward_s (what DualPipe's W defers into the bubble)
 
     def per_step_s(self, num_microbatches: int) -> float:
         """Forward and backward of every micro-batch plus the optimizer step."""
@@ -67,14 +68,16 @@ def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer) -> StageComput
     totals = timer.stage_memo.get(key)
     if totals is None:
         timed = timer.time_ops(stage_ops(run, stage))
+        wgrad = sum(sec * op.count for op, sec in zip(timed.ops, timed.seconds)
+                    if op.phase == "bwd" and op.name.endswith(".wgrad"))  # decompose's weight-gradient GEMMs
         totals = (timed.total(("fwd",)), timed.total(("bwd", "recompute")), timed.total(("recompute",)),
-                  timed.total_family("attention_fwd", ("fwd",)), tuple(timed.notes))
+                  timed.total_family("attention_fwd", ("fwd",)), tuple(timed.notes), float(wgrad))
         timer.stage_memo[key] = totals
-    forward, backward, recompute, attention, notes = totals
+    forward, backward, recompute, attention, notes, wgrad = totals
     opt = timer.time_ops([optimizer_op(optimizer_params_on_gpu(run, stage))])
     return StageCompute(stage=stage, forward_s=forward, backward_s=backward, recompute_s=recompute,
                         optimizer_s=opt.total(), attention_s=attention,
-                        notes=tuple(sorted(set(notes) | set(opt.notes))))
+                        notes=tuple(sorted(set(notes) | set(opt.notes))), wgrad_s=wgrad)
 
 
 def distinct_stages(pp: int) -> list[int]:

@@ -36,10 +36,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+
 from costmodel.comm import group_placement
 from costmodel.comm.placement import GroupPlacement
+from costmodel.llm.recompute import layer_recompute_fraction, recompute_policy
 from costmodel.llm.sharding import overlapped_seconds
 from costmodel.specs.model import ModelSpec
+# The token counts are shared with the memory model; re-exported here for the time side (decompose.py).
+from costmodel.specs.moe_tokens import dispatcher, expert_rows, load_factor, load_imbalance, local_tokens  # noqa: F401
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.strategy import Strategy
 
@@ -47,13 +51,6 @@ BF16 = 2
 PROBS_BYTES = 4  # router probs travel in fp32 (HybridEP requires --moe-router-dtype=fp32, token_dispatcher.py)
 ROUTING_MAP_BYTES = 1  # the allgather dispatcher also gathers the boolean routing map
 
-# Balanced routing unless a measured max/mean expert load is given. Why: DeepSeek-V3's
-# auxiliary-loss-free balancing "maintains balanced expert load during training" (DeepSeek-AI,
-# arXiv 2412.19437, section 2.1.2), recipes train with an aux loss, and published Megatron-Core
-# MoE benchmarks are often force-balanced (--moe-router-force-load-balancing). Real routing
-# costs more: Megatron-LM issue 6757 (NVIDIA/Megatron-LM, 2026-09-18) measures a 1.35x spread of
-# MoE forward+backward time over skewed workloads (1.3-3.1x for the dispatch alone).
-DEFAULT_LOAD_IMBALANCE = 1.0
 NOTE_BALANCED = ("MoE routing assumed balanced (moe_load_imbalance: balanced); real routing can be slower: "
                  "Megatron-LM issue 6757 measures up to 1.35x on MoE forward+backward")
 
@@ -83,28 +80,6 @@ class Transfer:
 
 
 # -- knobs: the strategy's value, else the framework's default ---------------------------------
-def dispatcher(run: RunSpec) -> str:
-    """The token dispatcher: ``strategy.moe_token_dispatcher``, else the framework file's default."""
-    return run.strategy.moe_token_dispatcher or run.framework.moe_token_dispatcher
-
-
-def load_imbalance(strategy: Strategy) -> float:
-    """Max/mean expert load of the busiest EP rank (1.0: balanced)."""
-    value = strategy.moe_load_imbalance
-    return DEFAULT_LOAD_IMBALANCE if value in (None, "balanced") else float(value)  # type: ignore[arg-type]
-
-
-def load_factor(strategy: Strategy) -> float:
-    """Rows the busiest rank's experts process over the balanced rows.
-
-    Drop-less: the load imbalance. With a capacity factor every expert's input is padded to its
-    capacity, ``factor x`` the balanced rows (``moe_pad_expert_input_to_capacity``), and tokens
-    beyond it are dropped, so imbalance no longer sets the pace.
-    """
-    factor = strategy.moe_capacity_factor
-    return float(factor) if factor is not None else load_imbalance(strategy)
-
-
 def shared_expert_overlap(run: RunSpec) -> bool:
     """Shared experts run under the dispatch/combine (alltoall or flex dispatchers only)."""
     value = run.strategy.moe_shared_expert_overlap
@@ -121,7 +96,7 @@ def a2a_overlap(run: RunSpec) -> bool:
     value = run.strategy.moe_a2a_overlap
     on = run.framework.moe_a2a_overlap if value is None else value
     on = on or (value is None and run.strategy.pipeline_schedule == "dualpipe")
-    return bool(on) and dispatcher(run) != "allgather" and run.strategy.recompute != "full"
+    return bool(on) and dispatcher(run) != "allgather" and recompute_policy(run) != "full"
 
 
 def moe_notes(run: RunSpec) -> tuple[str, ...]:
@@ -140,24 +115,7 @@ def ops_key(run: RunSpec) -> tuple[object, ...]:
     return (s.expert_tensor_parallel_size, s.moe_capacity_factor, load_factor(s), run.framework.moe_expert_fusion)
 
 
-# -- token counts ---------------------------------------------------------------------------------
-def local_tokens(strategy: Strategy, seq_length: int) -> float:
-    """Tokens one rank enters the MoE layer with: its ``1/tp`` share under sequence parallelism."""
-    s = strategy
-    tokens = s.micro_batch_size * seq_length / s.cp
-    return tokens / s.tp if s.sequence_parallel and s.tp > 1 else tokens
-
-
-def expert_rows(model: ModelSpec, strategy: Strategy, seq_length: int) -> float:
-    """Token rows the experts of the busiest rank process per micro-batch (all its local experts).
-
-    Balanced, a rank receives as many of the ``top_k`` copies as it sent, then all-gathers them
-    within its expert-TP group; the load factor scales that for the busiest rank.
-    """
-    return local_tokens(strategy, seq_length) * model.moe_router_topk * strategy.expert_tensor_parallel_size \
-        * load_factor(strategy)
-
-
+# -- token counts: costmodel.specs.moe_tokens (shared with the memory model) --------------------
 def distinct_holders(num_experts: int, holders: int, top_k: int) -> float:
     """Expected number of ``holders`` (ranks or domains, ``num_experts / holders`` experts each)
     that a token routed to ``top_k`` distinct experts chosen uniformly reaches."""
@@ -332,7 +290,9 @@ def ep_exposed_seconds(run: RunSpec, collective: Collective, moe_layers: float, 
     if not moe_layers or (s.ep == 1 and s.expert_tensor_parallel_size == 1):
         return 0.0
     comm = layer_comm_seconds(run, collective, stage)  # forward; the backward repeats it
-    recompute = comm if s.recompute == "full" else 0.0  # Megatron's selective recompute skips the MoE layer
+    # A layer whose whole forward is re-run re-dispatches (full, torchtitan's "layer"); the attention-core
+    # and op-level policies leave the MoE layer's saved tensors alone.
+    recompute = comm * layer_recompute_fraction(recompute_policy(run))
     plain = 2 * comm + recompute
     if a2a_overlap(run):
         m = s.num_microbatches

@@ -4,7 +4,9 @@ Each schedule is a small function chosen by name from ``SCHEDULES``. It gets the
 forward and backward seconds of one micro-batch on every pipeline rank (all of the
 rank's layers; with interleaving, all of its virtual chunks together), the number of
 micro-batches, the interleaving degree and the time of one point-to-point
-activation transfer, and returns the flush time split into its parts.
+activation transfer, and returns the flush time split into its parts. The keyword
+``wgrad`` gives each rank's weight-gradient seconds inside its backward; only a
+schedule that defers them (DualPipe) reads it.
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ class PipelineTime:
         return self.steady_s + self.bubble_s + self.p2p_s
 
 
-Schedule = Callable[[Sequence[float], Sequence[float], int, int, float], PipelineTime]
+Schedule = Callable[..., PipelineTime]  # (forward, backward, m, vpp, p2p_s, *, wgrad=None)
 
 
 def one_f_one_b(forward: Sequence[float], backward: Sequence[float], m: int, vpp: int,
-                p2p_s: float) -> PipelineTime:
+                p2p_s: float, *, wgrad: Sequence[float] | None = None) -> PipelineTime:
     """Non-interleaved 1F1B (PipeDream-Flush; Narayanan et al. 2021, Section 2.2).
 
     The first micro-batch crosses every rank forward and backward (the fill and
@@ -55,7 +57,7 @@ def one_f_one_b(forward: Sequence[float], backward: Sequence[float], m: int, vpp
 
 
 def interleaved_one_f_one_b(forward: Sequence[float], backward: Sequence[float], m: int, vpp: int,
-                            p2p_s: float) -> PipelineTime:
+                            p2p_s: float, *, wgrad: Sequence[float] | None = None) -> PipelineTime:
     """Interleaved 1F1B with ``vpp`` model chunks per rank (Narayanan et al. 2021, Section 2.2.1).
 
     The fill and drain shrink by ``vpp``: the bubble is ``(p - 1)(f + b) / v``

@@ -328,7 +328,8 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
         stages.append(cache[key])
     name = schedule_name(s.pp, s.vpp, s.pipeline_schedule)
     flush: PipelineTime = SCHEDULES[name]([t.forward_s for t in stages], [t.backward_s for t in stages],
-                                          m, s.vpp, _p2p_seconds(run, timer))
+                                          m, s.vpp, _p2p_seconds(run, timer),
+                                          wgrad=[t.compute.wgrad_s for t in stages])
     # After the flush: stage i finished its last backward sum(backward of ranks < i) earlier.
     tails = []
     slack = 0.0

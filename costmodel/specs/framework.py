@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from costmodel.specs.errors import SpecError, reject_unknown_keys, require_bool, require_choice, require_int
+from costmodel.specs.strategy import PIPELINE_SCHEDULES
 
 DEFAULT_FRAMEWORK = "megatron-core"
 FRAMEWORK_NAMES = ("megatron-core", "nemo", "megatron-bridge", "torchtitan", "deepspeed", "maxtext", "automodel",
@@ -99,9 +100,10 @@ class Framework:
     fp8_activation_cache: bool = False
     """Whether FP8 runs keep the inputs of the linear layers for backward in FP8 (1 byte) rather
     than 16-bit (DeepSeek-V3 report section 3.3.4, "Low-Precision Activation")."""
-    pipeline_parameter_copies: int = 1
-    """Copies of its stage's parameters (and gradients) each pipeline rank holds: 2 under a
-    bidirectional schedule such as DualPipe."""
+    pipeline_schedules: tuple[str, ...] = ("1f1b", "interleaved")
+    """Pipeline schedules it implements (``Strategy.pipeline_schedule``): Megatron-Core's 1F1B and
+    interleaved 1F1B (megatron/core/pipeline_parallel/schedules.py); DualPipe only where the
+    framework's file says so (its parameter copies: ``Strategy.pipeline_parameter_copies``)."""
     rope_fusion: bool = True
     """Whether RoPE runs as one fused kernel streaming q and k once (Megatron-Core
     ``apply_rope_fusion``, Transformer Engine's fused RoPE) rather than as eager element-wise
@@ -146,7 +148,6 @@ class Framework:
         require_choice(f"{where}.adam_moments_dtype", self.adam_moments_dtype, DTYPES)
         require_choice(f"{where}.fsdp_reshard_after_forward", self.fsdp_reshard_after_forward,
                        RESHARD_AFTER_FORWARD)
-        require_int(f"{where}.pipeline_parameter_copies", self.pipeline_parameter_copies, minimum=1)
         require_choice(f"{where}.fsdp_implementation", self.fsdp_implementation, FSDP_IMPLEMENTATIONS)
         require_choice(f"{where}.moe_token_dispatcher", self.moe_token_dispatcher, DISPATCHERS)
         require_choice(f"{where}.fp8_recipe", self.fp8_recipe, FP8_RECIPES)
@@ -161,6 +162,10 @@ class Framework:
         if not isinstance(self.cp_comm_types, tuple) or not self.cp_comm_types \
                 or not set(self.cp_comm_types) <= set(CP_EXCHANGES):
             raise SpecError(f"{where}.cp_comm_types", self.cp_comm_types, "a list among " + ", ".join(CP_EXCHANGES))
+        if not isinstance(self.pipeline_schedules, tuple) or not self.pipeline_schedules \
+                or not set(self.pipeline_schedules) <= set(PIPELINE_SCHEDULES):
+            raise SpecError(f"{where}.pipeline_schedules", self.pipeline_schedules,
+                            "a list among " + ", ".join(PIPELINE_SCHEDULES))
         for name in ("zero_stages", "zero_stages_with_pp", "hsdp_zero_stages"):
             stages = getattr(self, name)
             if not isinstance(stages, tuple) or not set(stages) <= {0, 1, 2, 3}:
@@ -179,7 +184,7 @@ class Framework:
 
 FIELD_NAMES = frozenset(f.name for f in fields(Framework))
 _FILE_KEYS = FIELD_NAMES | {"inherits", "sources", "aliases"}
-_TUPLE_FIELDS = ("zero_stages", "zero_stages_with_pp", "hsdp_zero_stages", "cp_comm_types")
+_TUPLE_FIELDS = ("zero_stages", "zero_stages_with_pp", "hsdp_zero_stages", "cp_comm_types", "pipeline_schedules")
 
 
 def _read_file(name: str) -> dict[str, Any]:

@@ -22,6 +22,10 @@ MOE_DISPATCHERS = ("allgather", "alltoall", "flex", "hybridep")
 MOE_ROUTINGS = ("uniform", "round_robin")
 # costmodel.llm.schedule.SCHEDULES: Megatron-Core's 1F1B and interleaved 1F1B, DeepSeek-V3's DualPipe.
 PIPELINE_SCHEDULES = ("1f1b", "interleaved", "dualpipe")
+# Parameter copies each pipeline rank holds under a schedule (1 unless listed). DualPipe: 2, arXiv 2412.19437
+# Sec. 3.2.1 ("requires keeping two copies of the model parameters") and Table 2 / github.com/deepseek-ai/DualPipe
+# README ("Parameter Per Device 2x"); both state parameters only.
+PARAMETER_COPIES = {"dualpipe": 2}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +202,11 @@ class Strategy:
     def shard_replicas(self) -> int:
         """Groups that hold the same ZeRO shard (HSDP replicas; 1 without HSDP)."""
         return max(1, (self.dp * self.cp) // self.shard_group_size)
+
+    @property
+    def pipeline_parameter_copies(self) -> int:
+        """Copies of its stage's parameters a pipeline rank holds (``PARAMETER_COPIES``; 1 unless DualPipe)."""
+        return PARAMETER_COPIES.get(self.pipeline_schedule or "", 1)
 
     @property
     def expert_tensor_parallel_size(self) -> int:

@@ -18,7 +18,7 @@ DSV3 = {"model": "deepseek-v3-mtp", "seq_length": 4096, "cluster": {"gpu": "h100
                      "precision": "fp8", "recompute": "selective", "zero_stage": 1}}
 # DeepSeek-V3 as its report trains it (the public.yaml row's framework mapping, sources there)
 HAI_V3 = {"name": "hai-llm", "adam_moments_dtype": "bf16", "fp8_activation_cache": True,
-          "selective_recompute": "deepseek-v3", "pipeline_parameter_copies": 2}
+          "selective_recompute": "deepseek-v3"}
 
 
 def _run(base: dict, framework: object, **strategy: object):  # type: ignore[no-untyped-def]
@@ -56,10 +56,21 @@ def test_torchtitan_keeps_its_not_pp_rule() -> None:
     assert zero3_gather_layers(pp, 0) == 24
 
 
-def test_dualpipe_copies_double_the_model_states() -> None:
-    one = _run(DSV3, {**HAI_V3, "pipeline_parameter_copies": 1})
-    two = _run(DSV3, HAI_V3)
-    assert [2 * x for x in model_state_bytes(one, 3)[:3]] == pytest.approx(list(model_state_bytes(two, 3)[:3]))
+def test_dualpipe_doubles_the_weights_only() -> None:
+    """arXiv 2412.19437 Sec. 3.2.1 / the DualPipe README: two copies of the parameters (not of their states)."""
+    one = _run(DSV3, HAI_V3)
+    two = _run(DSV3, HAI_V3, pipeline_schedule="dualpipe")
+    (w1, g1, o1, _), (w2, g2, o2, _) = model_state_bytes(one, 3), model_state_bytes(two, 3)
+    assert (w2, g2, o2) == pytest.approx((2 * w1, g1, o1))
+
+
+def test_parameter_copies_follow_the_schedule_not_a_framework_field() -> None:
+    from costmodel.specs.errors import SpecError
+    assert _run(DSV3, HAI_V3).strategy.pipeline_parameter_copies == 1
+    assert _run(DSV3, HAI_V3, pipeline_schedule="dualpipe").strategy.pipeline_parameter_copies == 2
+    with pytest.raises(SpecError) as err:
+        resolve_framework({"name": "hai-llm", "pipeline_parameter_copies": 2})
+    assert err.value.field.startswith("framework")
 
 
 def test_deepseek_recompute_keeps_less_than_megatron_selective_and_fp8_halves_the_linear_inputs() -> None:
@@ -91,7 +102,7 @@ def test_mtp_layer_adds_parameters_activations_and_a_second_logits_buffer() -> N
 
 @pytest.mark.parametrize(("field", "value"), [("master_weights_dtype", "fp16"), ("adam_moments_dtype", "int8"),
                                               ("fsdp_reshard_after_forward", "sometimes"),
-                                              ("pipeline_parameter_copies", 0)])
+                                              ("pipeline_schedules", ["zb-v"])])
 def test_bad_framework_memory_knob_names_the_field(field: str, value: object) -> None:
     from costmodel.specs.errors import SpecError
     with pytest.raises(SpecError) as err:

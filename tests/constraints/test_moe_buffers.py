@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from constraints.memory import stage_memory
-from constraints.moe_buffers import deepep_buffer_bytes, dispatch_rows_factor, dispatched_token_bytes
+from constraints.moe_buffers import deepep_buffer_bytes, dispatched_token_bytes
 from constraints.workspace import userbuffer_bytes
+from costmodel.llm import moe
 from costmodel.specs import Strategy
+from costmodel.specs.moe_tokens import load_factor
 from costmodel.specs.runspec import run_spec_from_mapping
 
 MIXTRAL = {"model": "mixtral-8x7b", "seq_length": 4096, "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 64},
@@ -19,9 +21,20 @@ def _run(**strategy: object):  # type: ignore[no-untyped-def]
 
 
 def test_rows_factor_is_the_capacity_factor_else_the_stated_imbalance() -> None:
-    assert dispatch_rows_factor(Strategy()) == 1.0
-    assert dispatch_rows_factor(Strategy(moe_load_imbalance=1.5)) == 1.5
-    assert dispatch_rows_factor(Strategy(moe_capacity_factor=1.25, moe_load_imbalance=3.0)) == 1.25
+    assert load_factor(Strategy()) == 1.0
+    assert load_factor(Strategy(moe_load_imbalance=1.5)) == 1.5
+    assert load_factor(Strategy(moe_capacity_factor=1.25, moe_load_imbalance=3.0)) == 1.25
+
+
+def test_dispatched_tokens_are_the_time_models_expert_rows_under_sp_and_etp() -> None:
+    """Mixtral tp4 / etp1 / SP: a rank dispatches its 1/4 share (2048 rows at top-2), not 8192."""
+    for knobs in ({"tp": 4, "dp": 16, "etp": 1, "sequence_parallel": True},
+                  {"tp": 2, "dp": 32, "etp": 2, "ep": 8, "sequence_parallel": True}):
+        run = _run(**knobs)
+        rows = moe.expert_rows(run.model, run.strategy, 4096)
+        assert dispatched_token_bytes(run.model, run.strategy, 4096) == 2 * 2 * rows * 4096
+    run = _run(tp=4, dp=16, etp=1, sequence_parallel=True)
+    assert moe.expert_rows(run.model, run.strategy, 4096) == 4096 / 4 * 2
 
 
 def test_dispatched_tokens_are_two_16bit_copies_of_topk_tokens() -> None:
