@@ -42,7 +42,9 @@ Activations per transformer layer: Korthikanti et al. 2022 (arXiv 2205.05198)
     parallelize_llama.py ``_save_list``) or torchtitan's default (``layer``: every other
     layer fully checkpointed, selective_ac_option "2") or DeepSeek-V3's (``deepseek-v3``: norms, MLA
     up-projections and SwiGLU outputs recomputed, linear inputs cached in FP8 with
-    ``fp8_activation_cache``). ``cpu_offloading_num_layers``
+    ``fp8_activation_cache``). Under FP8 with ``fp8_activation_cache`` (Transformer Engine) every
+    GEMM keeps the FP8 cast of its input for the weight gradient, not the 16-bit input
+    (``fp8_linear_input_bytes``). ``cpu_offloading_num_layers``
     moves those layers' activations to the host, one layer's worth staying as the copy
     buffer (Megatron-Core TransformerConfig.cpu_offloading_num_layers, Transformer Engine
     cpu_offload.py get_cpu_offload_context).
@@ -88,6 +90,9 @@ MXFP8_BLOCK = 32
 # GPUs whose FP8 GEMMs take non-TN layouts (compute capability >= 10, Blackwell): TE keeps one
 # FP8 buffer for row- and column-wise use (TE float8_tensor.py is_non_tn_fp8_gemm_supported).
 NON_TN_FP8_GPUS = frozenset({"b200", "gb200", "b300", "gb300"})
+# Transformer Engine's blockwise FP8 quantises activations in 1 x 128 blocks with one fp32 scale each
+# (transformer_engine/pytorch/tensor/float8_blockwise_tensor.py, block_scaling_dim = 1).
+FP8_BLOCKWISE_ACTIVATION_BLOCK = 128
 BYTES_LOGITS = 6  # 16-bit logits plus their fp32 copy for the loss
 BYTES_FP8 = 1
 # DeepSeek-V3 report 3.3.4: the inputs of the Linear after attention are cached in E5M6 (12 bits).
@@ -213,6 +218,28 @@ def fp8_weight_copy_bytes(framework: Framework, gpu_name: str) -> float:
     return 2.0
 
 
+def fp8_linear_input_bytes(framework: Framework, precision: str) -> float:
+    """Bytes per element a GEMM keeps of its input for the weight gradient.
+
+    Transformer Engine's Linear under FP8 saves the FP8 cast of its input instead of the
+    16-bit input: TE v1.8 module/linear.py ``saved_inputmat_t = inputmat_t`` (the FP8
+    transpose from ``fp8_cast_transpose_fused``, or the FP8 ``inputmat`` under sequence
+    parallelism), layernorm_linear.py ``ln_out`` cast to FP8 by the norm kernel, and
+    grouped_linear.py ``saved_inputmats_t``; TE @d0067d0d linear.py keeps only the
+    column-wise copy (``update_usage(rowwise_usage=False, columnwise_usage=True)``). One
+    byte per element for the per-tensor recipes, plus one E8M0 scale per 32 (MXFP8) or
+    one fp32 scale per 1x128 block (blockwise). Frameworks whose FP8 linear keeps the
+    high-precision input (torchao's Float8Linear) have ``fp8_activation_cache`` off.
+    """
+    if precision != "fp8" or not framework.fp8_activation_cache:
+        return float(BYTES_WEIGHT_16BIT)
+    if framework.fp8_recipe == "mxfp8":
+        return BYTES_FP8 * (1 + 1 / MXFP8_BLOCK)
+    if framework.fp8_recipe == "blockwise":
+        return BYTES_FP8 + 4 / FP8_BLOCKWISE_ACTIVATION_BLOCK
+    return float(BYTES_FP8)
+
+
 def state_bytes_per_param(framework: Framework) -> tuple[float, float]:
     """(weight, optimizer) bytes per parameter before FP8 copies and sharding.
 
@@ -259,11 +286,16 @@ def model_state_bytes(run: RunSpec, stage: int) -> tuple[float, float, float, fl
 
 
 # -- activations ---------------------------------------------------------------
-def activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool = False) -> float:
+def activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool = False,
+                               linear_input_bytes: float = BYTES_WEIGHT_16BIT) -> float:
     """Bytes one transformer layer keeps for backward, per micro-batch, on one GPU.
 
     Korthikanti et al. 2022 Section 4 with 16-bit activations and 1-byte dropout
-    masks; ``s`` is the per-GPU sequence (``seq_length / cp``).
+    masks; ``s`` is the per-GPU sequence (``seq_length / cp``). ``linear_input_bytes``
+    is what each GEMM keeps of its input for the weight gradient (QKV, projection, fc1
+    and fc2 inputs, the experts' permuted tokens): 2 in 16-bit, ``fp8_linear_input_bytes``
+    where Transformer Engine keeps the FP8 cast instead. Norm inputs, the attention
+    core's q, k, v and output, and the activation function's input stay 16-bit.
     """
     t, b = strategy.tp, strategy.micro_batch_size
     s = seq_length / strategy.cp
@@ -273,23 +305,27 @@ def activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, seq_length:
     drop = 1 if model.dropout else 0
     if strategy.recompute == "full":
         return 2 * s * b * h / replicated  # the layer input only
+    lin = linear_input_bytes
     # Attention block: LN input, QKV input, Q and K, V, projection input, output dropout mask.
-    attn = (2 * s * b * h + 2 * s * b * h) / replicated
+    attn = (2 * s * b * h + lin * s * b * h) / replicated
     attn += 2 * s * b * (model.q_size + model.kv_size) / t + 2 * s * b * model.kv_size / t
-    attn += 2 * s * b * model.q_size / t + drop * s * b * h / replicated
+    attn += lin * s * b * model.q_size / t + drop * s * b * h / replicated
     a = model.num_attention_heads
     if strategy.flash_attention or strategy.recompute == "selective":
         if strategy.flash_attention and strategy.recompute != "selective":
             attn += 2 * s * b * model.q_size / t + 4 * a * s * b / t  # output O and fp32 log-sum-exp
     else:
         attn += (4 + drop) * a * s * s * strategy.cp * b / t  # scores, softmax (+ dropout mask and output)
-    # MLP block: LN input, fc1 input, inner activations, output dropout mask.
+    # MLP block: LN input, fc1 input, inner activations (fc1 output, 16-bit, and fc2 input), output dropout mask.
     ffn = model.moe_ffn_hidden_size if moe else model.ffn_hidden_size
-    inner = (6 if model.activation == "swiglu" else 4) * s * b * ffn / t  # type: ignore[operator]
+    fc1_out = (4 if model.activation == "swiglu" else 2) * s * b * ffn / t  # type: ignore[operator]
+    inner = fc1_out + lin * s * b * ffn / t  # type: ignore[operator]
     tokens_factor = model.moe_router_topk * load_factor(strategy) if moe else 1
-    mlp = (2 * s * b * h + 2 * s * b * h) / replicated + inner * tokens_factor + drop * s * b * h / replicated
+    # An MoE layer's pre-MLP norm output feeds the (16-bit) router and the permutation, not a TE GEMM.
+    fc1_in = 2 if moe else lin
+    mlp = (2 * s * b * h + fc1_in * s * b * h) / replicated + inner * tokens_factor + drop * s * b * h / replicated
     if moe:
-        mlp += 2 * s * b * h * tokens_factor / replicated  # permuted tokens kept for the expert GEMMs
+        mlp += lin * s * b * h * tokens_factor / replicated  # permuted tokens kept for the expert GEMMs
     return attn + mlp
 
 
@@ -361,6 +397,7 @@ def stored_activation_bytes_per_layer(run: RunSpec, moe: bool = False) -> float:
     """
     model, s = run.model, run.strategy
     mode = run.framework.selective_recompute if s.recompute == "selective" else "megatron"
+    lin = fp8_linear_input_bytes(run.framework, s.precision)
     if mode == "deepseek-v3":
         fp8_cache = run.framework.fp8_activation_cache and s.precision == "fp8"
         return deepseek_v3_saved_activation_bytes_per_layer(model, s, run.seq_length, moe=moe, fp8_cache=fp8_cache)
@@ -368,9 +405,10 @@ def stored_activation_bytes_per_layer(run: RunSpec, moe: bool = False) -> float:
         return op_saved_activation_bytes_per_layer(model, s, run.seq_length)
     if mode == "layer":  # torchtitan checkpoints layers 2, 4, ...: half full recompute, half none
         full = activation_bytes_per_layer(model, replace(s, recompute="full"), run.seq_length, moe=moe)
-        none = activation_bytes_per_layer(model, replace(s, recompute="none"), run.seq_length, moe=moe)
+        none = activation_bytes_per_layer(model, replace(s, recompute="none"), run.seq_length, moe=moe,
+                                          linear_input_bytes=lin)
         return (full + none) / 2
-    return activation_bytes_per_layer(model, s, run.seq_length, moe=moe)
+    return activation_bytes_per_layer(model, s, run.seq_length, moe=moe, linear_input_bytes=lin)
 
 
 def offloaded_layers(run: RunSpec, layers: float) -> float:
@@ -448,7 +486,8 @@ def other_bytes(run: RunSpec, stage: int) -> float:
     out += userbuffer_bytes(run)
     layer_sac = s.recompute == "selective" and run.framework.selective_recompute == "layer"
     if s.recompute == "full" or layer_sac:  # a checkpointed layer's forward is rebuilt in its backward
-        out += activation_bytes_per_layer(model, replace(s, recompute="none"), run.seq_length, moe=model.is_moe)
+        out += activation_bytes_per_layer(model, replace(s, recompute="none"), run.seq_length, moe=model.is_moe,
+                                          linear_input_bytes=fp8_linear_input_bytes(run.framework, s.precision))
     return out
 
 
