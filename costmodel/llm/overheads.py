@@ -58,7 +58,7 @@ def kernels_per_layer(run: RunSpec, moe: bool = False) -> tuple[int, int]:
     lower bound on the issue time.
     """
     ops = layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run),
-                    rope_fused=run.framework.rope_fusion)
+                    rope_fused=run.framework.rope_fusion, expert_fused=run.framework.moe_expert_fusion)
     forward = sum(1 for op in ops if op.phase == "fwd")
     return forward, len(ops) - forward
 
@@ -76,7 +76,7 @@ def layer_launch_exposed_s(run: RunSpec, timer: OperatorTimer, dense_layers: flo
             hit = timer.stage_memo.get(key)
             if hit is None:
                 ops = layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run),
-                    rope_fused=run.framework.rope_fusion)
+                    rope_fused=run.framework.rope_fusion, expert_fused=run.framework.moe_expert_fusion)
                 timed = timer.time_ops(ops)
                 fwd_kernels, bwd_kernels = kernels_per_layer(run, moe)
                 hit = timer.stage_memo[key] = (
