@@ -150,3 +150,15 @@ def test_gpu_what_if_notes_what_was_retimed(tmp_path, timer, capsys):
     path = _trace(tmp_path, timer)
     assert main(["replay", str(path), "--what-if", f"gpu={GPU}"]) == 0
     assert "100.0% of recorded GPU time in recognised operators" in capsys.readouterr().out
+
+
+def test_a_study_keys_its_problems_by_the_factor_profile(tmp_path):
+    from studies.problems import expand
+    from studies.spec import load_study
+    from tests.studies.conftest import TINY, write_study
+
+    write_factor_profile(FactorProfile("f", GPU, {"gemm": 1.2}), tmp_path / "f")
+    study = write_study(tmp_path, {**TINY, "search": {**TINY["search"], "profile": "f"}}, "factored.yaml")
+    first = [p.key for p in expand(load_study(study))]
+    write_factor_profile(FactorProfile("f", GPU, {"gemm": 1.3}), tmp_path / "f")
+    assert set(p.key for p in expand(load_study(study))).isdisjoint(first)  # new factors: searched again
