@@ -18,6 +18,7 @@ pass through the LM head.
 
 from __future__ import annotations
 
+from costmodel.llm.recompute import layer_recompute_fraction
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.strategy import Strategy
 
@@ -82,22 +83,47 @@ def model_flops_per_step(model: ModelSpec, seq_length: int, global_batch_size: i
     return 3.0 * forward_flops_per_token(model, seq_length, causal) * seq_length * global_batch_size
 
 
+def op_policy_matmul_flops_per_token(model: ModelSpec) -> float:
+    """Forward FLOPs of the matmuls torchtitan's op-level policy re-runs, per token, over the dense layers.
+
+    The even-numbered matmuls wk, wo and w3 (w2 without a gate: the same ``h x ffn`` FLOPs) of each
+    dense, non-MLA block; those blocks keep the attention output (``costmodel.llm.recompute``). The
+    layers it was not read for re-run the attention core only, as ``costmodel.llm.decompose`` counts them.
+    """
+    if model.is_mla:
+        return 0.0
+    h = model.hidden_size
+    per_layer = 2.0 * (h * model.kv_size + model.out_proj_size * h + h * model.ffn_hidden_size)  # type: ignore[operator]
+    return model.num_dense_layers * per_layer
+
+
 def recompute_flops_per_step(model: ModelSpec, strategy: Strategy, seq_length: int, global_batch_size: int,
-                             causal: bool = True) -> float:
-    """Extra forward FLOPs that activation recomputation adds to one step."""
+                             causal: bool = True, policy: str | None = None) -> float:
+    """Extra forward FLOPs that activation recomputation adds to one step.
+
+    ``policy`` is the run's recomputation policy (``costmodel.llm.recompute.recompute_policy``: full,
+    torchtitan's layer / op, Megatron's attention core); None: Megatron's meaning of ``strategy.recompute``.
+    """
+    if policy is None:
+        policy = "megatron" if strategy.recompute == "selective" else strategy.recompute
     tokens = seq_length * global_batch_size
     mtp = model.mtp_num_layers
-    if strategy.recompute == "full":
-        return (forward_flops_per_token(model, seq_length, causal, with_head=False)
-                + mtp * mtp_layer_flops_per_token(model, seq_length, causal)) * tokens
-    if strategy.recompute == "selective":
-        return (stack_attention_flops_per_token(model, seq_length, causal)
-                + mtp * mean_layer_attention_flops_per_token(model, seq_length, causal)) * tokens
+    share = layer_recompute_fraction(policy)
+    if share:
+        return share * (forward_flops_per_token(model, seq_length, causal, with_head=False)
+                        + mtp * mtp_layer_flops_per_token(model, seq_length, causal)) * tokens
+    if policy in ("megatron", "op"):
+        attention = stack_attention_flops_per_token(model, seq_length, causal)
+        extra = 0.0
+        if policy == "op" and not model.is_mla:  # dense blocks save the attention output, re-run three matmuls
+            attention *= model.num_moe_layers / model.num_layers
+            extra = op_policy_matmul_flops_per_token(model)
+        return (attention + extra + mtp * mean_layer_attention_flops_per_token(model, seq_length, causal)) * tokens
     return 0.0
 
 
 def hardware_flops_per_step(model: ModelSpec, strategy: Strategy, seq_length: int, global_batch_size: int,
-                            causal: bool = True) -> float:
-    """FLOPs the GPUs execute in one step: model FLOPs plus recomputation."""
+                            causal: bool = True, policy: str | None = None) -> float:
+    """FLOPs the GPUs execute in one step: model FLOPs plus recomputation (``policy`` as above)."""
     return (model_flops_per_step(model, seq_length, global_batch_size, causal)
-            + recompute_flops_per_step(model, strategy, seq_length, global_batch_size, causal))
+            + recompute_flops_per_step(model, strategy, seq_length, global_batch_size, causal, policy))
