@@ -93,7 +93,8 @@ def op_policy_matmul_flops_per_token(model: ModelSpec) -> float:
     if model.is_mla:
         return 0.0
     h = model.hidden_size
-    per_layer = 2.0 * (h * model.kv_size + model.out_proj_size * h + h * model.ffn_hidden_size)  # type: ignore[operator]
+    ffn = model.ffn_hidden_size or 0
+    per_layer = 2.0 * (h * model.kv_size + model.out_proj_size * h + h * ffn)
     return model.num_dense_layers * per_layer
 
 
