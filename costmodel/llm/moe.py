@@ -54,12 +54,28 @@ ROUTING_MAP_BYTES = 1  # the allgather dispatcher also gathers the boolean routi
 NOTE_BALANCED = ("MoE routing assumed balanced (moe_load_imbalance: balanced); real routing can be slower: "
                  "Megatron-LM issue 6757 measures up to 1.35x on MoE forward+backward")
 
-# DeepEP's network leg runs at 0.88 of the NIC line rate. Source: github.com/deepseek-ai/DeepEP
-# docs/legacy.md, normal kernels on H800 with CX7 400 Gb/s (~50 GB/s): EP32 58 GB/s and EP64
-# 51 GB/s "bottleneck bandwidth (RDMA)", counted over every destination node of a token including
-# its own (tests/test_internode.py num_rdma_token_sent), top-4 nodes of 4 and of 8: 3/4 and 3.5/4
-# of it on the wire, 43.5 and 44.6 GB/s, i.e. 0.87 and 0.89 of the line rate. HybridEP: assumed alike.
-TWO_TIER_NETWORK_EFFICIENCY = 0.88
+# DeepEP's network leg, as a share of the NIC line rate, by the number of NVLink domains (nodes) the EP
+# group spans. Source: github.com/deepseek-ai/DeepEP docs/legacy.md, normal kernels on H800 with CX7
+# 400 Gb/s (~50 GB/s), dispatch "bottleneck bandwidth (RDMA)": EP16 (2 nodes) 43, EP32 (4) 58, EP64 (8)
+# 51 GB/s. The benchmark counts every destination node of a token including its own
+# (tests/test_internode.py num_rdma_token_sent), top-4 nodes: a share 1 - 1/n of it crosses the wire,
+# so 21.5, 43.5 and 44.6 GB/s, i.e. 0.43, 0.87 and 0.89 of the line rate. Interpolated between the rows,
+# held beyond them (fewer than 2 domains never reach the network leg). HybridEP: assumed alike.
+DEEPEP_NIC_GBPS = 50.0
+DEEPEP_NORMAL_RDMA_GBPS = {2: 43.0, 4: 58.0, 8: 51.0}
+
+
+def two_tier_network_efficiency(domains: int) -> float:
+    """Share of the NIC line rate DeepEP's network leg reaches across ``domains`` NVLink domains."""
+    rows = sorted((n, gbps * (1 - 1 / n) / DEEPEP_NIC_GBPS) for n, gbps in DEEPEP_NORMAL_RDMA_GBPS.items())
+    if domains <= rows[0][0]:
+        return rows[0][1]
+    for (n0, e0), (n1, e1) in zip(rows, rows[1:]):
+        if domains <= n1:
+            return e0 + (e1 - e0) * (domains - n0) / (n1 - n0)
+    return rows[-1][1]
+
+
 NETWORK_LEG = "network_all_to_all"  # the two-tier dispatch's network leg, timed here, not as an NCCL call
 
 Collective = Callable[[str, float, GroupPlacement], float]
@@ -238,7 +254,8 @@ def network_leg_seconds(run: RunSpec, t: Transfer) -> float:
     k = t.group.num_domains
     gpu = run.cluster.gpu
     remote = t.message_bytes * (k - 1) / k
-    return gpu.inter_node_latency_s + remote / (gpu.inter_node_bandwidth_bytes_per_s * TWO_TIER_NETWORK_EFFICIENCY)
+    rate = gpu.inter_node_bandwidth_bytes_per_s * two_tier_network_efficiency(k)
+    return gpu.inter_node_latency_s + remote / rate
 
 
 def dispatch_transfers(run: RunSpec, stage: int | None = None) -> list[Transfer]:

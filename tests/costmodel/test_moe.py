@@ -95,8 +95,17 @@ def test_network_leg_runs_at_deepep_s_measured_share_of_the_nic() -> None:
     across = _run(model="deepseek-v3", num_gpus=256, ep=64, dp=256, global_batch_size=256)
     net, _ = moe.flex_transfers(across)
     gpu = across.cluster.gpu
-    wire = net.message_bytes * 7 / 8 / (gpu.inter_node_bandwidth_bytes_per_s * 0.88)
+    # EP64 over 8 domains: DeepEP's EP64 row, 51 GB/s x 7/8 on the wire of a 50 GB/s NIC
+    wire = net.message_bytes * 7 / 8 / (gpu.inter_node_bandwidth_bytes_per_s * 51 * 7 / 8 / 50)
     assert moe.network_leg_seconds(across, net) == pytest.approx(gpu.inter_node_latency_s + wire)
+
+
+def test_network_efficiency_uses_every_deepep_row_and_interpolates() -> None:
+    """docs/legacy.md EP16/32/64 (2/4/8 nodes): 43, 58, 51 GB/s counted with the own node, 1 - 1/n on the wire."""
+    eff = moe.two_tier_network_efficiency
+    assert (eff(2), eff(4), eff(8)) == pytest.approx((43 / 2 / 50, 58 * 3 / 4 / 50, 51 * 7 / 8 / 50))
+    assert eff(3) == pytest.approx((eff(2) + eff(4)) / 2) and eff(16) == eff(8)
+    assert eff(2) < 0.5 < eff(4)  # the two-node row is the conservative one the old constant dropped
 
 
 def test_round_robin_routing_reaches_the_ranks_its_consecutive_experts_sit_on() -> None:
@@ -288,3 +297,18 @@ def test_eager_expert_path_needs_expert_biases() -> None:
     # Qwen3 experts have no bias: Automodel runs its fused weighted SwiGLU, the same ops as Megatron-Core
     assert [op.name for op in _moe_ops("qwen3-30b-a3b", "automodel")] == \
         [op.name for op in _moe_ops("qwen3-30b-a3b", "megatron-core")]
+
+
+def test_dispatch_is_recomputed_where_the_policy_reruns_whole_layers() -> None:
+    """torchtitan's layer policy re-runs every other layer's forward, its dispatch and combine with it."""
+    from costmodel.specs.framework import get_framework
+    base = _run(moe_token_dispatcher="alltoall", recompute="selective")
+    args = (_one_second_per_byte, 4, 0.0, 0.0, 0.0)
+    policies = {p: moe.ep_exposed_seconds(replace(base, framework=replace(get_framework("megatron-core"),
+                                                                         selective_recompute=p)), *args)
+                for p in ("megatron", "layer")}
+    full = moe.ep_exposed_seconds(replace(base, strategy=replace(base.strategy, recompute="full")), *args)
+    comm = moe.layer_comm_seconds(base, _one_second_per_byte)
+    assert policies["megatron"] == pytest.approx(4 * 2 * comm)
+    assert policies["layer"] == pytest.approx(4 * 2.5 * comm) and full == pytest.approx(4 * 3 * comm)
+
