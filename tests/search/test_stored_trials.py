@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import optuna
 import pytest
 
 from parplan.cli import main
+from tests.dashboard import dashboard, get
 
 # 8B on 8 GPUs with a tiny memory budget: many strategies do not fit, and TPE snaps some proposals.
 ARGS = ["search", "--model", "llama3.1-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--seq-length", "4096",
@@ -49,38 +44,11 @@ def test_infeasible_trials_carry_the_constraint_in_both_formats(stored: str) -> 
     assert all(t.user_attrs["reason"] for t in infeasible)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as r:  # noqa: S310 - 127.0.0.1 only
-        return json.loads(r.read())
-
-
 def test_optuna_dashboard_lists_the_study_with_infeasible_trials(stored: str, tmp_path: Path) -> None:
-    pytest.importorskip("optuna_dashboard")
-    port = _free_port()
-    serve = f"import optuna_dashboard; optuna_dashboard.run_server({stored!r}, host='127.0.0.1', port={port})"
-    proc = subprocess.Popen([sys.executable, "-c", serve], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        base = f"http://127.0.0.1:{port}/api"
-        for _ in range(100):
-            try:
-                studies = _get(f"{base}/studies")["study_summaries"]
-                break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("optuna-dashboard did not answer")
+    with dashboard(stored) as (base, studies):
         assert [s["study_name"] for s in studies] == ["s"]
-        detail = _get(f"{base}/studies/{studies[0]['study_id']}")
+        detail = get(f"{base}/studies/{studies[0]['study_id']}")
         constraints = [t["constraints"] for t in detail["trials"]]
         assert len(constraints) == 25 and all(len(c) == 1 for c in constraints)
         truth = {t.number: t.user_attrs["feasible"] for t in _trials(stored)}
         assert {t["number"]: t["constraints"][0] <= 0 for t in detail["trials"]} == truth
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import optuna
 import pytest
 
 from parplan.cli import main as parplan_main
+from tests.dashboard import dashboard, get
 from tests.studies.conftest import FAILING, write_study
 
 STUDY = {**FAILING, "name": "exported", "gpu_counts": [8], "search": {"trials": 25, "seed": 1}}
@@ -83,41 +79,14 @@ def test_run_report_and_worker_print_json(study_dir: Path, tmp_path: Path, capsy
     assert worker == {"searched": 0, "left": 0, "problems": 2}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as r:  # noqa: S310 - 127.0.0.1 only
-        return json.loads(r.read())
-
-
 def test_optuna_dashboard_lists_the_exported_study_with_infeasible_trials(study_dir: Path, tmp_path: Path) -> None:
-    pytest.importorskip("optuna_dashboard")
     url = f"sqlite:///{tmp_path / 'dash.db'}"
     assert parplan_main(["study", "export", str(study_dir), "--storage", url]) == 0
-    port = _free_port()
-    serve = f"import optuna_dashboard; optuna_dashboard.run_server({url!r}, host='127.0.0.1', port={port})"
-    proc = subprocess.Popen([sys.executable, "-c", serve], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        base = f"http://127.0.0.1:{port}/api"
-        for _ in range(150):
-            try:
-                studies = _get(f"{base}/studies")["study_summaries"]
-                break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("optuna-dashboard did not answer")
+    with dashboard(url) as (base, studies):
         assert sorted(s["study_name"] for s in studies) == sorted(optuna.get_all_study_names(url))
         for summary in studies:
-            detail = _get(f"{base}/studies/{summary['study_id']}")
+            detail = get(f"{base}/studies/{summary['study_id']}")
             truth = {t.number: t.user_attrs["feasible"]
                      for t in optuna.load_study(study_name=summary["study_name"], storage=url).get_trials()}
             assert len(detail["trials"]) == 25
             assert {t["number"]: t["constraints"][0] <= 0 for t in detail["trials"]} == truth
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
