@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from costmodel.predict import predict_run  # noqa: E402
 from costmodel.specs.runspec import RunSpec, run_spec_from_mapping  # noqa: E402
 from search import Evaluator, SearchProblem, build_space, run_search  # noqa: E402
+from search.space import PROBLEM_FACTS  # noqa: E402
 from search.result import strategy_label  # noqa: E402
 from studies.validate import _with_row_framework, load_validation_set  # noqa: E402
 
@@ -47,13 +48,26 @@ def is_recipe(entry: dict[str, Any]) -> bool:
     return entry["id"].startswith(RECIPE_PREFIXES) or entry.get("family") == "moe"
 
 
+def problem_facts(run: RunSpec) -> tuple[tuple[str, object], ...]:
+    """The recipe's precision and the facts it states (``search.space.PROBLEM_FACTS``), fixed for the search.
+
+    The recipe and every searched strategy are priced under the same facts: the routing is the
+    benchmark's workload (the Automodel rows' forced round-robin gate holds whatever the layout),
+    and a schedule the recipe's framework runs in place of Megatron's (DeepSeek-V3's DualPipe) is
+    how that framework pipelines, not a choice the search can price the recipe without.
+    """
+    s = run.strategy
+    facts = tuple((k, getattr(s, k)) for k in PROBLEM_FACTS if getattr(s, k) is not None)
+    return (("precision", s.precision),) + facts
+
+
 def problem_for(run: RunSpec) -> SearchProblem:
-    """The recipe's problem, bounds widened to contain the recipe itself."""
+    """The recipe's problem under its facts, bounds widened to contain the recipe itself."""
     s = run.strategy
     return SearchProblem(model=run.model, gpu=run.cluster.gpu, num_gpus=run.cluster.num_gpus,
                          global_batch_size=s.global_batch_size, seq_length=run.seq_length,
                          gpus_per_node=run.cluster.gpus_per_node, framework=run.framework,
-                         fixed=(("precision", s.precision),), max_cp=max(16, s.cp), max_vpp=max(8, s.vpp),
+                         fixed=problem_facts(run), max_cp=max(16, s.cp), max_vpp=max(8, s.vpp),
                          max_micro_batch_size=max(8, s.micro_batch_size))
 
 

@@ -57,7 +57,11 @@ SWITCHES: tuple[str, ...] = ("flash_attention", "allow_tp_across_nodes", "tp_com
 KNOBS: tuple[str, ...] = tuple(k for k in LAYOUT_KNOBS if k != SPLIT_KNOB) + SEARCHED_SETTINGS + SWITCHES
 """Knobs that are ``Strategy`` fields (``SPLIT_KNOB`` stands for several, so it is fixed or allowed
 through ``FIXABLE`` only)."""
-FIXABLE: tuple[str, ...] = KNOBS + (SPLIT_KNOB,)
+PROBLEM_FACTS: tuple[str, ...] = ("moe_routing", "moe_load_imbalance", "pipeline_schedule")
+"""Facts of the workload or the framework, never searched: a fixed value holds for every strategy (a
+benchmark's forced-balanced gate, DualPipe where the job pipelines; ``pipeline_schedule`` applies to
+strategies with pp > 1 and its rules prune those it cannot run), unset they are the ``Strategy`` default."""
+FIXABLE: tuple[str, ...] = KNOBS + (SPLIT_KNOB,) + PROBLEM_FACTS
 _INT_KNOBS = frozenset({"tp", "pp", "cp", "dp", "ep", "etp", "vpp", "micro_batch_size", "zero_stage",
                         "hsdp_shard_size"})
 _BOOL_KNOBS = frozenset({"sequence_parallel", "moe_shared_expert_overlap", "moe_a2a_overlap", *SWITCHES})
@@ -105,6 +109,11 @@ def parse_knob_value(knob: str, text: str) -> Any:
             return int(text)
         except ValueError:
             raise SpecError(knob, text, "an integer") from None
+    if knob == "moe_load_imbalance" and text != "balanced":
+        try:
+            return float(text)
+        except ValueError:
+            raise SpecError(knob, text, "balanced or a max/mean expert-load factor") from None
     return text
 
 
@@ -506,6 +515,9 @@ class StrategySpace:
         for knob in MOE_KNOBS:  # the framework's default stays unset, as a user writes it
             if knob in values and values[knob] == getattr(self.problem.framework, knob):
                 values[knob] = None
+        for knob, value in self.problem.fixed:
+            if knob in PROBLEM_FACTS and (knob != "pipeline_schedule" or values.get("pp", 1) > 1):
+                values[knob] = value
         split = values.pop(SPLIT_KNOB, "even")
         if split != "even":
             m = self.problem.model

@@ -35,14 +35,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from costmodel.llm.messages import BF16, rank_tokens
-from costmodel.ops import Op
+from costmodel.ops import Op, memory_op
 from costmodel.llm.recompute import attention_recompute_fraction, recompute_policy
 from costmodel.llm.sharding import NCCL_COMPUTE_SLOWDOWN, overlapped_seconds
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.strategy import CP_COMM_TYPES
 from costmodel.timing import OperatorTimer
 
-__all__ = ["CP_COMM_TYPES", "cp_layer_exposed_s", "kv_chunk_bytes", "p2p_ring_seconds"]
+__all__ = ["CP_COMM_TYPES", "cp_layer_exposed_s", "kv_chunk_bytes", "p2p_ring_seconds", "ring_merge_seconds"]
+
+# Share of a rank's chunk a ring step's merge touches, averaged over ranks: under causal load
+# balancing a step i <= rank covers all of the rank's queries against the first half of the
+# received K/V, a later step the second half of its queries against all of it (TE
+# AttnFuncWithCPAndKVP2P), so half the steps merge the whole output and dK/dV halves, and the
+# others the reverse: 3/4 of both on average.
+RING_MERGE_SHARE = 0.75
+# Bytes per merged element: read the step's partial, read and write the running result.
+RING_MERGE_TOUCHES = 3
 
 Collective = Callable[[str, float], float]
 """``(op, message_bytes) -> seconds`` on the context-parallel group."""
@@ -88,6 +97,23 @@ def p2p_ring_seconds(step_s: list[float], comm_s: list[float], slowdown: float =
     return sum(overlapped_seconds(a, c, slowdown) if c > 0 else a for a, c in zip(step_s, comm_s))
 
 
+def ring_merge_seconds(run: RunSpec, timer: OperatorTimer, forward: bool) -> float:
+    """One layer's merges of a ``p2p`` ring pass: ``cp - 1`` forward output corrections, or ``cp``
+    backward dQ and dK/dV accumulations, each a streaming kernel on the compute stream."""
+    s, m = run.strategy, run.model
+    heads, _ = _heads(run, s.tp)
+    out_bytes = rank_tokens(run) * heads * m.v_head_dim * BF16  # type: ignore[operator]
+    if forward:
+        merged, steps = out_bytes, s.cp - 1
+    else:
+        q_bytes = rank_tokens(run) * heads * m.head_dim * BF16  # type: ignore[operator]
+        merged, steps = q_bytes + kv_chunk_bytes(run), s.cp
+    touched = RING_MERGE_SHARE * merged
+    op = memory_op("cp_ring_merge." + ("fwd" if forward else "bwd"), "fwd" if forward else "bwd",
+                   touched / BF16, RING_MERGE_TOUCHES * touched, count=steps)
+    return _seconds(timer, op) if steps > 0 else 0.0
+
+
 def _p2p_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, forward_passes: float) -> float:
     s, m = run.strategy, run.model
     cp, b = s.cp, s.micro_batch_size
@@ -108,7 +134,8 @@ def _p2p_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, for
         # the booked whole-sequence kernel; chunks timed faster than their share of the whole are
         # table noise (as in costmodel.llm.tp_comm), so they do not hide the transfers.
         alone = sum(steps)
-        ring = p2p_ring_seconds(steps, comms) - alone + max(0.0, alone - _booked(run, timer, family))
+        ring = p2p_ring_seconds(steps, comms) - alone + max(0.0, alone - _booked(run, timer, family)) \
+            + ring_merge_seconds(run, timer, forward)
         total += (forward_passes if forward else 1) * ring
     return total
 

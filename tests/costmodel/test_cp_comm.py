@@ -104,3 +104,17 @@ def test_deterministic():
     first = _exposed(run)
     _exposed(_run(cp=2, cp_comm_type="a2a"))
     assert _exposed(run) == first
+
+
+def test_p2p_ring_merges_each_step_on_the_compute_stream():
+    # TE merges every later step's partial output (forward) and dQ, dK/dV (backward): the merge
+    # grows with cp (more steps), and a ring with free, instant transfers still costs it
+    from costmodel.llm.cp_comm import ring_merge_seconds
+
+    timer = timer_for(_run().cluster.gpu)
+    two, four = _run(cp=2), _run(cp=4)
+    assert ring_merge_seconds(two, timer, forward=True) > 0
+    # cp - 1 forward merges of the rank's 1/cp share: 1 x 1/2 at cp=2, 3 x 1/4 at cp=4
+    assert ring_merge_seconds(four, timer, forward=True) > ring_merge_seconds(two, timer, forward=True)
+    assert ring_merge_seconds(two, timer, forward=False) > ring_merge_seconds(two, timer, forward=True)
+    assert _exposed(two, raw=False) > 2 * ring_merge_seconds(two, timer, forward=True)

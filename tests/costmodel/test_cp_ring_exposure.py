@@ -28,9 +28,11 @@ def _step_kernels(run, timer, family: str) -> list[float]:
 
 
 def test_free_transfers_leave_only_the_chunk_kernels_excess():
+    # ... and the ring's per-step merges of partial outputs and gradients (cp_comm.ring_merge_seconds)
     run = _run()
     timer = timer_for(run.cluster.gpu)
     expected = sum(max(0.0, sum(_step_kernels(run, timer, f)) - cp_comm._booked(run, timer, f))
+                   + cp_comm.ring_merge_seconds(run, timer, f == "attention_fwd")
                    for f in ("attention_fwd", "attention_bwd"))
     assert cp_layer_exposed_s(run, timer, lambda op, nbytes: 0.0) == pytest.approx(expected)
 
