@@ -313,7 +313,11 @@ def activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, seq_length:
     a = model.num_attention_heads
     if strategy.flash_attention or strategy.recompute == "selective":
         if strategy.flash_attention and strategy.recompute != "selective":
-            attn += 2 * s * b * model.q_size / t + 4 * a * s * b / t  # output O and fp32 log-sum-exp
+            # Flash attention keeps its output O and the fp32 log-sum-exp. O is also the projection's input:
+            # one tensor (a view) when that input is kept in 16 bits, so it counts once; an FP8 projection
+            # keeps its own FP8 cast beside the 16-bit O.
+            o_extra = 0 if lin == BYTES_WEIGHT_16BIT else 2 * s * b * model.q_size / t
+            attn += o_extra + 4 * a * s * b / t
     else:
         attn += (4 + drop) * a * s * s * strategy.cp * b / t  # scores, softmax (+ dropout mask and output)
     # MLP block: LN input, fc1 input, inner activations (fc1 output, 16-bit, and fc2 input), output dropout mask.
