@@ -78,7 +78,7 @@ from constraints.moe_buffers import deepep_buffer_bytes, dispatched_token_bytes
 from costmodel.specs.framework import BYTES, Framework
 from costmodel.specs.gpu import GiB
 from costmodel.specs.model import ModelSpec
-from costmodel.specs.moe_tokens import dispatcher, load_factor
+from costmodel.specs.moe_tokens import dispatcher, expert_rows, load_factor
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.layout import MTP, layout_of, stage_layer_counts
 from costmodel.specs.strategy import Strategy
@@ -329,7 +329,8 @@ def activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, seq_length:
     fc1_in = 2 if moe else lin
     mlp = (2 * s * b * h + fc1_in * s * b * h) / replicated + inner * tokens_factor + drop * s * b * h / replicated
     if moe:
-        mlp += lin * s * b * h * tokens_factor / replicated  # permuted tokens kept for the expert GEMMs
+        # permuted tokens kept for the expert GEMMs: the rank's expert rows, gathered over expert TP
+        mlp += lin * h * expert_rows(model, strategy, seq_length)
     return attn + mlp
 
 

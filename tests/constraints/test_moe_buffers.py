@@ -76,3 +76,14 @@ def test_userbuffers_only_with_tp_comm_overlap_and_fp8_halves_the_all_gather_one
     assert userbuffer_bytes(on) == 12 * 2 * elements
     assert userbuffer_bytes(fp8) == (8 * 1 + 4 * 2) * elements
     assert stage_memory(on, 0).other_bytes - stage_memory(off, 0).other_bytes == pytest.approx(12 * 2 * elements)
+
+
+def test_kept_expert_inputs_are_the_rows_gathered_over_expert_tp() -> None:
+    """Under SP, etp 2 gathers twice the rows etp 1 keeps; only that term differs (same inner widths per row)."""
+    from constraints.memory import activation_bytes_per_layer
+    one, two = _run(tp=2, dp=32, etp=1, sequence_parallel=True), _run(tp=2, dp=32, etp=2, sequence_parallel=True)
+    diff = (activation_bytes_per_layer(two.model, two.strategy, 4096, moe=True)
+            - activation_bytes_per_layer(one.model, one.strategy, 4096, moe=True))
+    rows = moe.expert_rows(one.model, one.strategy, 4096)  # 4096 / 2 tokens x top-2
+    assert rows == 4096
+    assert diff == pytest.approx(2 * one.model.hidden_size * rows)  # 16-bit, one more rank's rows
