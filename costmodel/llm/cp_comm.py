@@ -19,7 +19,11 @@ Megatron-Core passes it (``--cp-comm-type``):
 - ``a2a`` (``AttnFuncWithCPAndQKVOA2A``, DeepSpeed-Ulysses, Jacobs et al. 2023): all-to-all of
   Q, K, V from sequence- to head-sharding before the attention and of the output back after it;
   the backward all-to-alls dO and dQ, dK, dV. Each rank then runs full-sequence attention on
-  ``heads / (tp * cp)`` heads. TE requires the per-rank query and KV heads divisible by cp.
+  ``heads / (tp * cp)`` heads. TE requires the per-rank query and KV heads divisible by cp. Around
+  each all-to-all TE copies the tensor into and out of its exchange layout
+  (``flash_attn_a2a_communicate``: ``movedim(-3, 0).contiguous()`` before it, then
+  ``reorder_seq_chunks_for_a2a_*``' ``movedim(...).contiguous()`` and ``index_select``; the same
+  three the other way after the attention): ``A2A_LAYOUT_COPIES`` streaming copies on the GPU.
 
 Exposed time is everything beyond the attention the stage already books (the whole-sequence
 causal kernel over ``1/cp`` of the work, ``costmodel.llm.decompose``): for ``p2p`` the
@@ -52,6 +56,8 @@ __all__ = ["CP_COMM_TYPES", "cp_layer_exposed_s", "kv_chunk_bytes", "p2p_ring_se
 RING_MERGE_SHARE = 0.75
 # Bytes per merged element: read the step's partial, read and write the running result.
 RING_MERGE_TOUCHES = 3
+# Copies (each a read and a write) of every tensor TE's Ulysses all-to-all exchanges (module docstring).
+A2A_LAYOUT_COPIES = 3
 
 Collective = Callable[[str, float], float]
 """``(op, message_bytes) -> seconds`` on the context-parallel group."""
@@ -146,12 +152,20 @@ def _all_gather_exposed(run: RunSpec, collective: Collective, forward_passes: fl
     return forward_passes * ag + ag + rs
 
 
+def _a2a_layout_seconds(timer: OperatorTimer, exchanged_bytes: float) -> float:
+    """TE's layout copies around one Ulysses all-to-all of ``exchanged_bytes`` (``A2A_LAYOUT_COPIES``)."""
+    op = memory_op("cp_a2a_layout.fwd", "fwd", exchanged_bytes / BF16, 2 * exchanged_bytes, count=A2A_LAYOUT_COPIES)
+    return _seconds(timer, op)
+
+
 def _a2a_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, forward_passes: float) -> float:
     s, m = run.strategy, run.model
     tokens = rank_tokens(run)
     heads, kv = _heads(run, s.tp)
-    qkv = collective("all_to_all", tokens * (heads + 2 * kv) * m.head_dim * BF16)  # type: ignore[operator]
-    out = collective("all_to_all", tokens * heads * m.v_head_dim * BF16)  # type: ignore[operator]
+    qkv_bytes = tokens * (heads + 2 * kv) * m.head_dim * BF16  # type: ignore[operator]
+    out_bytes = tokens * heads * m.v_head_dim * BF16  # type: ignore[operator]
+    qkv = collective("all_to_all", qkv_bytes) + _a2a_layout_seconds(timer, qkv_bytes)
+    out = collective("all_to_all", out_bytes) + _a2a_layout_seconds(timer, out_bytes)
     sharded_heads, sharded_kv = _heads(run, s.tp * s.cp)
     total = forward_passes * (qkv + out) + out + qkv
     for family, passes in (("attention_fwd", forward_passes), ("attention_bwd", 1)):

@@ -118,3 +118,16 @@ def test_p2p_ring_merges_each_step_on_the_compute_stream():
     assert ring_merge_seconds(four, timer, forward=True) > ring_merge_seconds(two, timer, forward=True)
     assert ring_merge_seconds(two, timer, forward=False) > ring_merge_seconds(two, timer, forward=True)
     assert _exposed(two, raw=False) > 2 * ring_merge_seconds(two, timer, forward=True)
+
+
+def test_a2a_charges_te_layout_copies_around_each_exchange():
+    # with free transfers the Ulysses variant still copies Q, K, V and O into and out of the
+    # exchange layout (3 read+write copies each, TE flash_attn_a2a_communicate)
+    from costmodel.llm import cp_comm
+
+    run = _run(cp=4, cp_comm_type="a2a", recompute="none")
+    timer = timer_for(run.cluster.gpu)
+    free = cp_layer_exposed_s(run, timer, lambda op, nbytes: 0.0)
+    copies = cp_comm._a2a_layout_seconds(timer, 1e8)
+    assert copies > 0
+    assert free >= 2 * cp_comm._a2a_layout_seconds(timer, kv_chunk_bytes(run))
