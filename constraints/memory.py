@@ -12,7 +12,9 @@ Model states (bytes per parameter, mixed precision with Adam), read from the run
     gradients (ZeRO paper 2 + 2 + 12); FSDP2 keeps fp32 sharded gradients (reduce_dtype).
     The optimizer's weights and Adam's moments take ``Framework.master_weights_dtype`` and
     ``adam_moments_dtype``: NeMo Automodel keeps bf16 parameters stepped in place by torch Adam
-    with bf16 moments (2 + 2 + 4), DeepSeek-V3 bf16 moments beside fp32 master weights.
+    with bf16 moments (2 + 2 + 4), DeepSeek-V3 bf16 moments beside fp32 master weights; NeMo 1's apex
+    DistributedFusedAdam keeps only the master's int16 low half beside the bf16 weights
+    (``bf16+int16-remainder``: 2 + 2 + 8, store_param_remainders; nemo1.yaml has the source).
     ``Strategy.pipeline_parameter_copies`` (DualPipe: 2) multiplies the weights (its sources state
     parameters only; gradients and optimizer states are counted once).
     Megatron's bf16-params / fp32-grads total is 18 bytes/param (Megatron-LM
@@ -245,7 +247,8 @@ def state_bytes_per_param(framework: Framework) -> tuple[float, float]:
 
     Adam keeps two moments in ``adam_moments_dtype``; the weights the optimizer steps are in
     ``master_weights_dtype``, either a copy beside 16-bit weights (Megatron: 2 + 4 + 8) or the
-    parameters themselves (FSDP2: 4 + 8; NeMo Automodel's bf16 parameters: 2 + 4).
+    parameters themselves (FSDP2: 4 + 8; NeMo Automodel's bf16 parameters: 2 + 4); NeMo 1's remainder
+    master: 2 + (2 + 8).
     """
     master = float(BYTES[framework.master_weights_dtype])
     moments = 2.0 * BYTES[framework.adam_moments_dtype]

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from costmodel.specs.runspec import RunSpec
+from costmodel.specs.framework import BF16_REMAINDER
 from costmodel.specs.layout import layout_of
+from costmodel.specs.runspec import RunSpec
 
 Rule = Callable[[RunSpec], "str | None"]
 
@@ -228,10 +229,56 @@ def framework_runs_cp_comm_type(run: RunSpec) -> str | None:
 
 
 def framework_runs_precision(run: RunSpec) -> str | None:
-    fw = run.framework
-    if run.strategy.precision == "fp16" and not fw.supports_fp16:
+    """The precision exists in the framework, and the framework's reduce and master dtypes go with it.
+
+    An fp16 gradient reduce is Megatron-LM 2021-22's for fp16 parameters; a bf16 run there reduces in
+    fp32 (megatron/arguments.py @50a4b5fa: "bfloat16 requires gradient accumulation and all-reduce to be
+    done in fp32"). Apex's parameter remainders need bf16 parameters (distributed_fused_adam.py @f3f04924
+    L665 "requires BF16 params and FP32 optimizer state").
+    """
+    fw, precision = run.framework, run.strategy.precision
+    if precision == "fp16" and not fw.supports_fp16:
         return f"precision=fp16 is not supported by {fw.display_name} (framework {fw.name}: bf16 or fp8)"
+    if precision == "fp8" and not fw.supports_fp8:
+        return f"precision=fp8 is not supported by {fw.display_name} (framework {fw.name} has no FP8 GEMMs)"
+    if fw.grad_reduce_dtype == "fp16" and precision != "fp16":
+        return (f"framework.grad_reduce_dtype=fp16 needs precision=fp16, got {precision} (Megatron-LM reduces "
+                f"bf16 gradients in fp32: set framework.grad_reduce_dtype: fp32)")
+    if fw.master_weights_dtype == BF16_REMAINDER and precision == "fp16":
+        return (f"framework.master_weights_dtype={BF16_REMAINDER} needs bf16 parameters, got precision=fp16 "
+                f"(set framework.master_weights_dtype: fp32)")
     return None
+
+
+def framework_runs_attention_and_overlap(run: RunSpec) -> str | None:
+    """Flash attention and the overlapped gradient reduce exist in the framework (Megatron-LM 2021-22: neither)."""
+    fw, s = run.framework, run.strategy
+    if s.flash_attention and not fw.supports_flash_attention:
+        return (f"flash_attention is not implemented by {fw.display_name} (framework {fw.name}: "
+                f"set flash_attention: false)")
+    if s.overlap_grad_reduce and not fw.supports_grad_reduce_overlap:
+        return (f"overlap_grad_reduce is not implemented by {fw.display_name} (framework {fw.name} reduces "
+                f"gradients after the backward: set overlap_grad_reduce: false)")
+    return None
+
+
+def framework_runs_parallelism(run: RunSpec) -> str | None:
+    """Sequence and context parallelism exist in the framework."""
+    fw, s = run.framework, run.strategy
+    if s.sequence_parallel and not fw.supports_sequence_parallel:
+        return f"sequence_parallel is not implemented by {fw.display_name} (framework {fw.name})"
+    if s.cp > 1 and not fw.supports_context_parallel:
+        return f"cp={s.cp} is not implemented by {fw.display_name} (framework {fw.name} has no context parallelism)"
+    return None
+
+
+def framework_runs_recompute(run: RunSpec) -> str | None:
+    """The recompute mode exists in the framework (``Framework.recompute_modes``)."""
+    fw, s = run.framework, run.strategy
+    if s.recompute in fw.recompute_modes:
+        return None
+    return (f"recompute={s.recompute} is not offered by {fw.display_name} (framework {fw.name} runs "
+            f"{', '.join(fw.recompute_modes)})")
 
 
 def framework_runs_tp_comm_overlap(run: RunSpec) -> str | None:
@@ -303,6 +350,9 @@ RULES: tuple[Rule, ...] = (
     framework_runs_hsdp,
     framework_runs_cp_comm_type,
     framework_runs_precision,
+    framework_runs_attention_and_overlap,
+    framework_runs_parallelism,
+    framework_runs_recompute,
     framework_runs_tp_comm_overlap,
     pipeline_schedule_runs,
 )

@@ -18,6 +18,11 @@ from costmodel.specs.model import ModelSpec
 PARPLAN = "parplan"
 """``source`` of a default the framework has no field for (``Strategy``'s own default)."""
 _STRATEGY_ZERO_STAGE = 1  # Strategy.zero_stage's default
+# Strategy switches that default on, each with the Framework field saying whether the feature exists.
+_ABSENT_FEATURES = (("flash_attention", "supports_flash_attention"),
+                    ("overlap_grad_reduce", "supports_grad_reduce_overlap"),
+                    ("sequence_parallel", "supports_sequence_parallel"))
+_ABSENT_KNOBS = tuple(knob for knob, _ in _ABSENT_FEATURES)
 
 
 @dataclass(frozen=True)
@@ -46,8 +51,10 @@ def zero_stage_default(framework: Framework) -> AssumedDefault:
     """
     if framework.distributed_optimizer:
         return AssumedDefault("zero_stage", 1, framework.name, "distributed_optimizer")
-    if _STRATEGY_ZERO_STAGE not in framework.zero_stages:
+    if _STRATEGY_ZERO_STAGE not in framework.zero_stages and 3 in framework.zero_stages:
         return AssumedDefault("zero_stage", 3, framework.name, "fsdp_implementation")
+    if _STRATEGY_ZERO_STAGE not in framework.zero_stages:  # no sharding at all (Megatron-LM 2021-22)
+        return AssumedDefault("zero_stage", min(framework.zero_stages), framework.name, "zero_stages")
     return AssumedDefault("zero_stage", _STRATEGY_ZERO_STAGE, PARPLAN)
 
 
@@ -63,6 +70,9 @@ def framework_defaults(given: Collection[str], framework: Framework, model: Mode
         out.append(zero_stage_default(framework))
     if "tp_comm_overlap" not in given:
         out.append(AssumedDefault("tp_comm_overlap", framework.tp_comm_overlap, framework.name, "tp_comm_overlap"))
+    for knob, field in _ABSENT_FEATURES:  # off where the framework has no such feature (Strategy default: on)
+        if knob not in given and not getattr(framework, field):
+            out.append(AssumedDefault(knob, False, framework.name, field))
     if model.is_moe:
         for knob in ("moe_token_dispatcher", "moe_shared_expert_overlap", "moe_a2a_overlap"):
             if knob not in given:
@@ -72,4 +82,4 @@ def framework_defaults(given: Collection[str], framework: Framework, model: Mode
 
 def filled(assumed: tuple[AssumedDefault, ...]) -> dict[str, Any]:
     """The ``Strategy`` arguments the assumed defaults set (the MoE ones stay unset)."""
-    return {d.knob: d.value for d in assumed if d.knob in ("zero_stage", "tp_comm_overlap")}
+    return {d.knob: d.value for d in assumed if d.knob in ("zero_stage", "tp_comm_overlap", *_ABSENT_KNOBS)}

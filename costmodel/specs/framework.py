@@ -18,12 +18,18 @@ from typing import Any
 import yaml
 
 from costmodel.specs.errors import SpecError, reject_unknown_keys, require_bool, require_choice, require_int
-from costmodel.specs.strategy import PIPELINE_SCHEDULES
+from costmodel.specs.strategy import PIPELINE_SCHEDULES, RECOMPUTE
 
 DEFAULT_FRAMEWORK = "megatron-core"
 FRAMEWORK_NAMES = ("megatron-core", "nemo", "megatron-bridge", "torchtitan", "deepspeed", "maxtext", "automodel",
-                   "hai-llm")
+                   "hai-llm", "megatron-lm-2021", "megatron-lm-2022", "nemo1")
 DTYPES = ("fp32", "bf16")
+# Megatron-LM before Megatron-Core reduced fp16 runs' gradients in the parameter dtype (fp16).
+GRAD_DTYPES = (*DTYPES, "fp16")
+# Apex DistributedFusedAdam ``store_param_remainders``: the bf16 parameter is the master's high half,
+# the optimizer keeps only the low 16 bits (NeMo 1, constraints/memory.py).
+BF16_REMAINDER = "bf16+int16-remainder"
+MASTER_WEIGHT_DTYPES = (*DTYPES, BF16_REMAINDER)
 FSDP_IMPLEMENTATIONS = ("none", "megatron-fsdp", "fsdp2", "deepspeed-zero3", "gspmd")
 DISPATCHERS = ("alltoall", "allgather", "flex", "hybridep")  # hybridep: flex with the HybridEP backend
 # Megatron-Core ``--fp8-recipe`` names (TransformerConfig.fp8_recipe); "tensorwise" is per-tensor
@@ -35,7 +41,7 @@ SELECTIVE_RECOMPUTE = ("megatron", "op", "layer", "deepseek-v3")
 # When FSDP frees a layer's gathered parameters after its forward: always, never (kept until its
 # backward), or unless pipeline parallel (torchtitan's reshard_after_forward = not pp_enabled).
 RESHARD_AFTER_FORWARD = ("always", "never", "not_pp")
-BYTES = {"fp32": 4, "bf16": 2}
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, BF16_REMAINDER: 2}  # the remainder: int16 beside the bf16 weight
 CP_EXCHANGES = ("p2p", "all_gather", "a2a")  # costmodel.specs.strategy.CP_COMM_TYPES
 
 
@@ -56,7 +62,8 @@ class Framework:
     grad_reduce_dtype: str = "fp32"
     """dtype of the data-parallel gradient all-reduce / reduce-scatter: fp32 halves nothing but
     keeps accumulation exact; bf16 halves the bytes on the wire. Megatron-LM: fp32 for bf16 runs
-    unless ``--grad-reduce-in-bf16`` (``accumulate_allreduce_grads_in_fp32``)."""
+    unless ``--grad-reduce-in-bf16`` (``accumulate_allreduce_grads_in_fp32``); fp16: Megatron-LM 2021-22
+    reduced fp16 runs' gradients in the parameter dtype (fp16 runs only, ``constraints.rules``)."""
     main_grad_dtype: str = "fp32"
     """dtype of the gradients a rank keeps between backward and the optimizer step (bytes per
     parameter in memory). Megatron DDP: fp32 ``main_grad`` in a contiguous buffer, bf16 with
@@ -90,7 +97,9 @@ class Framework:
     master_weights_dtype: str = "fp32"
     """dtype of the weights the optimizer steps: the separate master copy, or the parameters
     themselves when there is none (``bf16``: parameters kept in bf16 and stepped in place, no
-    fp32 copy at all, as NeMo Automodel's MoE models are)."""
+    fp32 copy at all, as NeMo Automodel's MoE models are).
+    ``bf16+int16-remainder``: apex ``DistributedFusedAdam(store_param_remainders=True)`` (NeMo 1) keeps
+    only the low 16 bits of the fp32 master beside the bf16 parameter (2 bytes, bf16 parameters only)."""
     adam_moments_dtype: str = "fp32"
     """dtype of Adam's first and second moments (``bf16`` halves them: DeepSeek-V3's
     low-precision optimizer states; ``torch.optim.Adam`` on bf16 parameters)."""
@@ -139,12 +148,30 @@ class Framework:
     """Whether fp16 (loss-scaled) training is supported."""
     supports_tp_comm_overlap: bool = True
     """Whether the framework implements userbuffer TP-comm overlap at all."""
+    supports_fp8: bool = True
+    """Whether FP8 GEMMs exist in the framework (Transformer Engine or its own recipe)."""
+    supports_flash_attention: bool = True
+    """Whether a fused (flash) attention kernel exists (``Strategy.flash_attention``); without it the
+    scores are materialised (baddbmm + softmax), as in Megatron-LM before 2022-12."""
+    supports_grad_reduce_overlap: bool = True
+    """Whether the data-parallel gradient reduce can overlap the backward (``Strategy.overlap_grad_reduce``);
+    without it the reduce runs after the last backward (Megatron-LM's early local DDP)."""
+    supports_sequence_parallel: bool = True
+    """Whether Megatron sequence parallelism exists (``Strategy.sequence_parallel``)."""
+    supports_context_parallel: bool = True
+    """Whether context parallelism exists (``Strategy.cp`` > 1)."""
+    recompute_modes: tuple[str, ...] = RECOMPUTE
+    """Activation-recompute modes it implements (``Strategy.recompute``; ``selective`` is Korthikanti et al.
+    2022's, absent before it)."""
 
     def __post_init__(self) -> None:
         where = f"framework {self.name}"
-        require_choice(f"{where}.grad_reduce_dtype", self.grad_reduce_dtype, DTYPES)
-        require_choice(f"{where}.main_grad_dtype", self.main_grad_dtype, DTYPES)
-        require_choice(f"{where}.master_weights_dtype", self.master_weights_dtype, DTYPES)
+        require_choice(f"{where}.grad_reduce_dtype", self.grad_reduce_dtype, GRAD_DTYPES)
+        require_choice(f"{where}.main_grad_dtype", self.main_grad_dtype, GRAD_DTYPES)
+        require_choice(f"{where}.master_weights_dtype", self.master_weights_dtype, MASTER_WEIGHT_DTYPES)
+        if self.master_weights_dtype == BF16_REMAINDER and not self.separate_master_weights:
+            raise SpecError(f"{where}.master_weights_dtype", self.master_weights_dtype,
+                            "fp32 or bf16 without separate_master_weights (a remainder completes a separate master)")
         require_choice(f"{where}.adam_moments_dtype", self.adam_moments_dtype, DTYPES)
         require_choice(f"{where}.fsdp_reshard_after_forward", self.fsdp_reshard_after_forward,
                        RESHARD_AFTER_FORWARD)
@@ -157,7 +184,8 @@ class Framework:
         for name in ("tp_comm_overlap", "main_grad_follows_reduce_dtype", "separate_master_weights",
                      "distributed_optimizer", "fp8_weight_cache", "fp8_param_gather", "supports_fp16", "supports_tp_comm_overlap",
                      "moe_shared_expert_overlap", "moe_a2a_overlap", "fp8_activation_cache",
-                     "rope_fusion", "moe_expert_fusion"):
+                     "rope_fusion", "moe_expert_fusion", "supports_fp8", "supports_flash_attention",
+                     "supports_grad_reduce_overlap", "supports_sequence_parallel", "supports_context_parallel"):
             require_bool(f"{where}.{name}", getattr(self, name))
         if not isinstance(self.cp_comm_types, tuple) or not self.cp_comm_types \
                 or not set(self.cp_comm_types) <= set(CP_EXCHANGES):
@@ -166,6 +194,10 @@ class Framework:
                 or not set(self.pipeline_schedules) <= set(PIPELINE_SCHEDULES):
             raise SpecError(f"{where}.pipeline_schedules", self.pipeline_schedules,
                             "a list among " + ", ".join(PIPELINE_SCHEDULES))
+        if not isinstance(self.recompute_modes, tuple) or "none" not in self.recompute_modes \
+                or not set(self.recompute_modes) <= set(RECOMPUTE):
+            raise SpecError(f"{where}.recompute_modes", self.recompute_modes,
+                            "a list among " + ", ".join(RECOMPUTE) + " holding none")
         for name in ("zero_stages", "zero_stages_with_pp", "hsdp_zero_stages"):
             stages = getattr(self, name)
             if not isinstance(stages, tuple) or not set(stages) <= {0, 1, 2, 3}:
@@ -184,7 +216,8 @@ class Framework:
 
 FIELD_NAMES = frozenset(f.name for f in fields(Framework))
 _FILE_KEYS = FIELD_NAMES | {"inherits", "sources", "aliases"}
-_TUPLE_FIELDS = ("zero_stages", "zero_stages_with_pp", "hsdp_zero_stages", "cp_comm_types", "pipeline_schedules")
+_TUPLE_FIELDS = ("zero_stages", "zero_stages_with_pp", "hsdp_zero_stages", "cp_comm_types", "pipeline_schedules",
+                 "recompute_modes")
 
 
 def _read_file(name: str) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def test_run_spec_defaults_to_megatron_core_and_takes_a_name_or_a_mapping() -> N
 @pytest.mark.parametrize(("value", "field"), [
     ("pytorch-lightning", "framework"),
     (3, "framework"),
-    ({"name": "nemo", "grad_reduce_dtype": "fp16"}, "framework.grad_reduce_dtype"),
+    ({"name": "nemo", "grad_reduce_dtype": "fp8"}, "framework.grad_reduce_dtype"),  # fp16: Megatron-LM 2021-22
     ({"name": "nemo", "no_such_knob": 1}, "framework.no_such_knob"),
     ({"name": "nemo", "zero_stages": [5]}, "framework.zero_stages"),
 ])
