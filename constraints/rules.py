@@ -242,11 +242,11 @@ def framework_runs_precision(run: RunSpec) -> str | None:
     if precision == "fp8" and not fw.supports_fp8:
         return f"precision=fp8 is not supported by {fw.display_name} (framework {fw.name} has no FP8 GEMMs)"
     if fw.grad_reduce_dtype == "fp16" and precision != "fp16":
-        return (f"framework.grad_reduce_dtype=fp16 needs precision=fp16, got {precision} (Megatron-LM reduces "
-                f"bf16 gradients in fp32: set framework.grad_reduce_dtype: fp32)")
+        return (f"framework.grad_reduce_dtype=fp16 (framework {fw.name}) needs precision=fp16, got {precision} "
+                f"(Megatron-LM reduces bf16 gradients in fp32: set framework.grad_reduce_dtype: fp32)")
     if fw.master_weights_dtype == BF16_REMAINDER and precision == "fp16":
-        return (f"framework.master_weights_dtype={BF16_REMAINDER} needs bf16 parameters, got precision=fp16 "
-                f"(set framework.master_weights_dtype: fp32)")
+        return (f"framework.master_weights_dtype={BF16_REMAINDER} (framework {fw.name}) needs bf16 parameters, "
+                f"got precision=fp16 (set framework.master_weights_dtype: fp32)")
     return None
 
 
