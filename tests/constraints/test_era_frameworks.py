@@ -7,10 +7,13 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from constraints import check, rule_violations
-from constraints.memory import model_state_bytes, state_bytes_per_param
+from constraints.memory import model_state_bytes, stage_memory, state_bytes_per_param
 from costmodel.llm.messages import grad_reduce_bytes
+from costmodel.specs import ClusterSpec, RunSpec, Strategy, get_gpu, get_model
 from costmodel.specs.errors import SpecError
 from costmodel.specs.framework import Framework, get_framework, resolve_framework
 from costmodel.specs.runspec import run_spec_from_mapping
@@ -120,3 +123,19 @@ def test_search_under_the_2021_framework_proposes_nothing_its_code_lacks() -> No
         assert (s.zero_stage, s.cp, s.sequence_parallel, s.flash_attention) == (0, 1, False, False)
         assert s.recompute in ("none", "full")
         assert not check(problem.run(s)).violations
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["llama3.1-8b", "megatron-22b", "mixtral-8x7b"]), st.sampled_from([1, 2, 4]),
+       st.sampled_from([1, 2, 4]), st.sampled_from([0, 1]), st.sampled_from(["none", "full"]))
+def test_remainder_master_and_fp16_gradients_never_raise_memory(model: str, tp: int, pp: int, zero: int,
+                                                                recompute: str) -> None:
+    s = Strategy(tp=tp, pp=pp, dp=2, micro_batch_size=1, global_batch_size=16, zero_stage=zero, recompute=recompute)
+    cluster = ClusterSpec(gpu=get_gpu("h100-sxm5-80gb"), num_gpus=tp * pp * 2, gpus_per_node=8)
+    fp32 = RunSpec(model=get_model(model), cluster=cluster, strategy=s, seq_length=4096,
+                   framework=get_framework("megatron-core"))
+    remainder = replace(fp32, framework=replace(fp32.framework, master_weights_dtype="bf16+int16-remainder"))
+    fp16_grads = replace(fp32, framework=replace(fp32.framework, grad_reduce_dtype="fp16"))
+    for low in (remainder, fp16_grads):
+        for stage in range(pp):
+            assert stage_memory(low, stage).total_bytes < stage_memory(fp32, stage).total_bytes
