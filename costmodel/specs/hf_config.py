@@ -83,8 +83,9 @@ _LLAMA_OPTIONAL = {
     "max_position_embeddings": ("max_position_embeddings", None),
     "tie_embeddings": ("tie_word_embeddings", False),
 }
-_LLAMA = _Layout(_LLAMA_REQUIRED, _LLAMA_OPTIONAL, _GATED)
 _NO_DROPOUT = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop")
+# Llama: transformers' LlamaConfig has attention_dropout (default 0.0) and no hidden dropout.
+_LLAMA = _Layout(_LLAMA_REQUIRED, _LLAMA_OPTIONAL, _GATED, dropout_keys=_NO_DROPOUT)
 # Gated GELU (GeGLU) has SwiGLU's three matrices: "swiglu" stands for any gated MLP.
 _GEMMA = {**_GATED, "sandwich_norm": True}
 # Gemma3TextConfig defaults (transformers 5.24): the multimodal configs' text_config leaves them out.
