@@ -9,7 +9,7 @@ from typing import Any
 from costmodel.predict import predict_run
 from costmodel.specs.strategy import Strategy
 from search.objective import Evaluation, Evaluator, search_timer
-from search.space import KNOBS, SearchProblem, build_space, change_knob
+from search.space import KNOBS, MOE_KNOBS, SearchProblem, build_space, change_knob
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,9 @@ class SearchResult:
             if not e.feasible:
                 rejected_count.update((k, getattr(e.strategy, k)) for k in KNOBS)
         rejected, slower = [], []
+        dense = not self.problem.model.is_moe
         for knob, values in space.choices.items():
-            if knob == "dp":
+            if knob == "dp" or dense and knob in ("etp", *MOE_KNOBS):  # derived, or no knob of a dense model
                 continue
             for value in values:
                 alt = change_knob(best.strategy, knob, value, self.problem.num_gpus)
