@@ -86,7 +86,8 @@ def test_tpe_reaches_the_optimum_of_a_small_space() -> None:
     problem = small_problem(16, **TINY)
     evaluator = analytic_evaluator(problem)
     truth = run_search(problem, sampler="exhaustive", evaluator=evaluator).best
-    found = run_search(problem, sampler="tpe", n_trials=60, seed=0, evaluator=evaluator).best
+    # 150 of the space's ~1,100 strategies (the pipeline_split knob grew it; 60 trials missed by 12% at seed 0)
+    found = run_search(problem, sampler="tpe", n_trials=150, seed=0, evaluator=evaluator).best
     assert truth is not None and found is not None
     assert found.step_time_s <= truth.step_time_s * 1.02
 
