@@ -14,13 +14,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
 from costmodel.profiling.measure import Measurement
-from costmodel.recsys.embedding import CacheLevels
 from costmodel.specs.recsys import AccessDistribution
+
+if TYPE_CHECKING:
+    from costmodel.recsys.embedding import CacheLevels  # scikit-learn: imported where a model is fitted
 
 INDEX_SETS: Final = 8
 _HASH: Final = 2654435761  # Knuth's multiplicative hash constant: odd and not a multiple of 5, so a bijection mod 10^k
@@ -83,6 +85,8 @@ Reference Manual, Golden Cove STLB). torch allocates tables in 4-KiB pages unles
 
 def cpu_caches() -> CacheLevels:
     """This CPU's per-core L2, its L3 (bytes, read from sysfs; 0 where unknown) and the TLB reach."""
+    from costmodel.recsys.embedding import CacheLevels
+
     sizes = {level: _sysfs_cache(level) for level in (2, 3)}
     return CacheLevels(sizes[2], sizes[3] or sizes[2], CPU_TLB_REACH_BYTES)
 
@@ -233,13 +237,13 @@ def read_embedding_table(folder: Path) -> list[Any] | None:
     SpecError
         If the file is not a list of records with the expected fields (bounded reader, JSON only).
     """
-    from costmodel.recsys.lookup_fit import TimedLookup
-    from costmodel.specs.errors import SpecError, require_choice, require_int, require_number
-    from costmodel.specs.userfile import read_user_file
-
     path = Path(folder) / TABLE_FILE
     if not path.exists():
         return None
+    from costmodel.recsys.lookup_fit import TimedLookup  # scikit-learn: only when a table is there
+    from costmodel.specs.errors import SpecError, require_choice, require_int, require_number
+    from costmodel.specs.userfile import read_user_file
+
     data = read_user_file(path, field=TABLE_FILE, fmt="json")
     if not isinstance(data, list):
         raise SpecError(TABLE_FILE, type(data).__name__, "a list of timing records")
@@ -259,11 +263,11 @@ def read_embedding_table(folder: Path) -> list[Any] | None:
 
 def fit_embedding_table(folder: Path, fraction: float = 0.1, seed: int = 0) -> dict[str, Any] | None:
     """Held-out errors of the aware and blind lookup models on a profile's table (None without one)."""
-    from costmodel.recsys.lookup_fit import held_out_errors
-
     rows = read_embedding_table(folder)
     if not rows:
         return None
+    from costmodel.recsys.lookup_fit import held_out_errors  # scikit-learn, only when there is a table
+
     # at least 30 training rows for the 14 unit costs, even where 10% of a short table is fewer
     fraction = min(0.5, max(fraction, 30 / len(rows)))
     result = held_out_errors(rows, cpu_caches(), fraction=fraction, seed=seed)
