@@ -276,7 +276,8 @@ def legal_tp(problem: SearchProblem, allow_across_nodes: bool = False) -> list[i
 def legal_cp(problem: SearchProblem, tp: int) -> list[int]:
     """CP degrees: the sequence splits into 2*cp load-balanced chunks, and tp*cp divides the GPUs."""
     rest = problem.num_gpus // tp
-    out = [c for c in divisors(rest) if c == 1 or problem.seq_length % (2 * c) == 0]
+    out = [c for c in divisors(rest) if c == 1 or problem.seq_length % (2 * c) == 0
+           and problem.framework.supports_context_parallel]
     return _bounded(out, problem.max_cp)
 
 
@@ -350,7 +351,7 @@ def legal_etp(problem: SearchProblem, tp: int, cp: int, dp: int, ep: int) -> lis
 
 def legal_sequence_parallel(problem: SearchProblem, tp: int, cp: int) -> list[bool]:
     """Sequence parallelism needs tp > 1 and a per-rank sequence divisible by tp."""
-    if tp > 1 and (problem.seq_length // cp) % tp == 0:
+    if tp > 1 and (problem.seq_length // cp) % tp == 0 and problem.framework.supports_sequence_parallel:
         return [True, False]
     return [False]
 
@@ -360,8 +361,18 @@ def _keep(problem: SearchProblem, knob: str, values: Sequence[Any]) -> list[Any]
     return [v for v in values if allowed is None or v in allowed]
 
 
+_FRAMEWORK_FEATURES = {"flash_attention": "supports_flash_attention",
+                       "overlap_grad_reduce": "supports_grad_reduce_overlap",
+                       "overlap_param_gather": "supports_grad_reduce_overlap",
+                       "tp_comm_overlap": "supports_tp_comm_overlap"}
+"""Switches that need a feature the framework may lack (``Framework.supports_*``): off where it does."""
+
+
 def _switch_values(problem: SearchProblem, knob: str) -> list[Any]:
     allowed = problem.restriction(knob)
+    feature = _FRAMEWORK_FEATURES.get(knob)
+    if feature is not None and not getattr(problem.framework, feature):
+        return [False]  # a strategy the framework cannot run is no candidate (its rule would reject it)
     return [_DEFAULTS[knob]] if allowed is None else sorted(allowed, key=repr)
 
 
@@ -442,12 +453,12 @@ def legal_hsdp_shard_sizes(problem: SearchProblem, tp: int, cp: int, dp: int) ->
 
 
 def _setting_values(problem: SearchProblem) -> dict[str, list[Any]]:
-    precisions = ["bf16"] + (["fp8"] if problem.gpu.supports("fp8") else [])
+    precisions = ["bf16"] + (["fp8"] if problem.gpu.supports("fp8") and problem.framework.supports_fp8 else [])
     allowed_precision = problem.restriction("precision")
     if allowed_precision is not None:  # fp16 only on request
         precisions = [p for p in PRECISIONS if p in allowed_precision and problem.gpu.supports(p)]
     values: dict[str, list[Any]] = {
-        "recompute": _keep(problem, "recompute", RECOMPUTE),
+        "recompute": _keep(problem, "recompute", [r for r in RECOMPUTE if r in problem.framework.recompute_modes]),
         "zero_stage": _keep(problem, "zero_stage", [z for z in ZERO_STAGES if z in problem.framework.zero_stages]),
         "precision": precisions,
     }

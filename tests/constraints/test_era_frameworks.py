@@ -139,3 +139,18 @@ def test_remainder_master_and_fp16_gradients_never_raise_memory(model: str, tp: 
     for low in (remainder, fp16_grads):
         for stage in range(pp):
             assert stage_memory(low, stage).total_bytes < stage_memory(fp32, stage).total_bytes
+
+
+def test_a_search_under_2021_megatron_needs_no_flags_to_find_a_strategy() -> None:
+    """The space holds every switch the framework lacks off (and offers no CP, SP, FP8 or selective recompute),
+    so a plain search under the old code finds strategies instead of rejecting all of them."""
+    from costmodel.specs.catalog import get_gpu, get_model
+    from costmodel.specs.framework import get_framework
+    from search.space import SearchProblem, build_space
+
+    problem = SearchProblem(model=get_model("megatron-7.5b"), gpu=get_gpu("a100-sxm4-80gb"), num_gpus=16,
+                            global_batch_size=64, seq_length=2048, framework=get_framework("megatron-lm-2021"))
+    space = build_space(problem)
+    assert space.choices["flash_attention"] == (False,) and space.choices["overlap_grad_reduce"] == (False,)
+    assert space.choices["cp"] == (1,) and space.choices["sequence_parallel"] == (False,)
+    assert "fp8" not in space.choices["precision"] and "selective" not in space.choices["recompute"]
