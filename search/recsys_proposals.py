@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from constraints.recsys_memory import dense_bytes, shard_term_bytes
+from constraints.recsys_memory import OUTPUT_BYTES, dense_bytes, shard_term_bytes
 from costmodel.recsys.plan import ShardingPlan, TableSharding
 from costmodel.specs.gpu import ClusterSpec
 from costmodel.specs.recsys import DLRMSpec, EmbeddingTable
@@ -31,7 +31,6 @@ HEURISTICS = ("random", "dim_greedy", "lookup_greedy", "size_greedy", "size_look
 BACKWARD_FACTOR = 2.0
 """Backward lookup traffic over forward (gradient scatter + fused update read/write: TorchRec
 planner/constants.py ``BWD_COMPUTE_MULTIPLIER = 2``)."""
-OUTPUT_BYTES = 4
 
 
 def heuristic_cost(table: EmbeddingTable, heuristic: str) -> float:
