@@ -49,3 +49,17 @@ CASES: dict[str, tuple[SearchProblem, Strategy]] = {
     "moe-mla-pp": (problem("deepseek-v3"), _s(tp=1, pp=8, dp=8, ep=8, zero_stage=3, moe_token_dispatcher="alltoall",
                                              recompute="full")),
 }
+
+
+def expressible(exporter: object) -> int:
+    """How many matrix strategies ``exporter`` writes rather than refuses (``Exporter.check`` passes)."""
+    from costmodel.specs.errors import SpecError
+
+    written = 0
+    for problem_, strategy in CASES.values():
+        try:
+            exporter.check(strategy, problem_)  # type: ignore[attr-defined]
+            written += 1
+        except SpecError:
+            pass
+    return written
