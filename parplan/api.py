@@ -33,7 +33,8 @@ RunLike = RunSpec | Mapping[str, Any] | str | Path
 """A run: a spec object, a mapping of run-spec fields, or a path to a run-spec file."""
 
 DEFAULT_BATCH_TOKENS = 4 * 1024**2
-"""Tokens per step of a search whose problem states no batch (the CLI's default too)."""
+"""Tokens per step of a search whose problem states no batch (the CLI's default too): Llama 3 trained 405B
+with an initial batch of 4M tokens (Dubey et al. 2024, arXiv:2407.21783, section 3.4.1)."""
 
 PROBLEM_KEYS = ("model", "gpu", "num_gpus", "global_batch_size", "seq_length", "gpus_per_node",
                 "framework", "fix", "allow", "memory_margin")

@@ -27,6 +27,7 @@ from costmodel.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, get_fr
 from costmodel.specs.model_source import parse_model
 from costmodel.specs.runspec import RunSpec, load_run_spec
 from parplan._interrupt import resumable
+from parplan.api import DEFAULT_BATCH_TOKENS
 from parplan._json import dumps
 from parplan._argtypes import int_list, jobs, number_in, positive_int, positive_number, seed
 from search import (
@@ -55,8 +56,6 @@ EXIT_OK, EXIT_INFEASIBLE = 0, 3
 """130 = 128 + SIGINT, what shells report for a command ended by Ctrl-C."""
 EPILOG = ("exit codes: 0 a strategy was found; 2 bad input (one line naming the field); 3 no legal strategy fits "
           "(the output says what would); 130 interrupted (stored trials are kept; rerun to resume)")
-# Llama 3 trained 405B with an initial batch of 4M tokens (Dubey et al. 2024, arXiv:2407.21783, section 3.4.1).
-DEFAULT_BATCH_TOKENS = 4 * 1024**2
 OBJECTIVES = ("time", "cost", "pareto")
 BREAKDOWN_COLUMNS = (("compute_s", "compute"), ("tp_comm_s", "tp"), ("cp_comm_s", "cp"), ("ep_comm_s", "ep"),
                      ("pp_comm_s", "pp"), ("pp_bubble_s", "bubble"), ("dp_comm_exposed_s", "dp"),
