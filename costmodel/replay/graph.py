@@ -90,6 +90,7 @@ class Node:
     tail: float = 0.0  # CPU sync: recorded time from the end of the waited work to the call's return
     collective: tuple[int, str, int] | None = None  # (group size, name, sequence) of an NCCL kernel
     correlation: object = None  # the runtime call's correlation id (GPU: its launch's)
+    elements: int = 0  # CPU-only traces: elements of the operator's largest operand (record_shapes)
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,10 @@ def build_graph(traces: list[RawTrace]) -> Graph:
     for rank, streams in sync_streams.items():
         _link_waits(graph, rank, streams)
     _set_gaps(graph)
+    if not any(n.kind == "gpu" for n in graph.nodes):
+        from costmodel.replay.cpu import link_cpu_collectives  # cpu.py builds on this module's Node
+
+        link_cpu_collectives(graph)
     _number_collectives(graph)
     return graph
 
@@ -163,7 +168,9 @@ def _add_rank(graph: Graph, trace: RawTrace) -> dict[object, str]:
             end = _append(graph, Node(event.name + " end", "marker", lane, rank, event.ts + event.dur, 0.0, "marker"))
             graph.steps.append(Step(event.name, rank, begin, end, event.dur))
     if not gpu_events and not by_corr:
-        _add_cpu_work(graph, trace)  # a CPU-only trace: its operators are the work
+        from costmodel.replay.cpu import add_cpu_work  # cpu.py builds on this module's Node
+
+        add_cpu_work(graph, trace)  # a CPU-only trace: its operators are the work
         return sync_streams
     pids = sorted({graph.nodes[i].lane[2] for (_, _), i in by_corr.items()})
     for event in gpu_events:
@@ -187,45 +194,6 @@ def _add_rank(graph: Graph, trace: RawTrace) -> dict[object, str]:
             node.collective = (int(group) if isinstance(group, (int, float)) else trace.world_size,
                                _short(event.name), 0)
     return sync_streams
-
-
-def cpu_family(name: str) -> str:
-    """The family of a CPU operator (or its autograd backward node) on a CPU-only trace."""
-    lower = name.lower()
-    if lower.startswith(("gloo:", "nccl:", "c10d::")) or lower == "record_param_comms":
-        return "collective"
-    if "scaled_dot_product" in lower or "attention" in lower:
-        return "attention"
-    if "conv" in lower:
-        return "conv"
-    if any(n in lower for n in ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::bmm",
-                                "mmbackward", "addmmbackward", "bmmbackward")):
-        return "gemm"
-    return "elementwise"
-
-
-def _add_cpu_work(graph: Graph, trace: RawTrace) -> None:
-    """The outermost operators of each thread of a CPU-only trace as work nodes (nested ones are inside them).
-
-    Iteration markers are not work; a ``gloo:`` / ``record_param_comms`` collective is numbered like an
-    NCCL kernel (group size from its ``Group size`` or the trace's world size).
-    """
-    work = sorted((e for e in trace.events if e.cat in ("cpu_op", "user_annotation") and not _STEP.match(e.name)),
-                  key=lambda e: (e.pid, e.tid, e.ts, -e.dur))
-    end_of: dict[tuple[str, str], float] = {}
-    for event in work:
-        thread = (event.pid, event.tid)
-        if event.ts < end_of.get(thread, -np.inf):
-            continue  # inside the previous outermost operator of its thread
-        end_of[thread] = event.ts + event.dur
-        node = Node(event.name, "cpu", ("cpu", str(trace.rank), event.pid, event.tid), trace.rank, event.ts,
-                    event.dur, cpu_family(event.name))
-        if node.family == "collective":
-            group = event.args.get("Group size")
-            node.collective = (int(group) if isinstance(group, (int, float)) else trace.world_size,
-                               _short(event.name), 0)
-        _append(graph, node)
-        graph.cpu_work_us += event.dur
 
 
 def _append(graph: Graph, node: Node) -> int:

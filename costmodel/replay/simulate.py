@@ -8,8 +8,9 @@ Rules (Lumos, arXiv 2504.09307, section 4):
 - a GPU operation starts when its launch call started plus its launch latency, its stream's
   previous operation ended, and every cross-stream wait ended, and lasts its (possibly
   edited) duration;
-- matched collectives of several ranks start together, when the last rank is ready, and
-  last the shortest recorded duration among them (the rest of a longer one was waiting).
+- matched collectives of several ranks (NCCL kernels, or a CPU trace's gloo collectives) start
+  together, when the last rank is ready, and last the shortest recorded duration among them (the
+  rest of a longer one was waiting for a peer: the transfer is what the last rank to arrive saw).
 """
 
 from __future__ import annotations
@@ -114,12 +115,11 @@ def simulate(graph: Graph) -> Replay:
         nonlocal ended
         ended += 1
         release(on_end[index])
-        if nodes[index].kind == "gpu":
-            for waiter in on_end_cpu[index]:
-                to_end[waiter] -= 1
-                if to_end[waiter] == 0 and started[waiter]:
-                    _end_cpu(nodes, waiter, start, end, bound_by, reason)
-                    close(waiter)
+        for waiter in on_end_cpu[index]:  # GPU work, or a CPU trace's worker-thread collective
+            to_end[waiter] -= 1
+            if to_end[waiter] == 0 and started[waiter]:
+                _end_cpu(nodes, waiter, start, end, bound_by, reason)
+                close(waiter)
 
     on_end_cpu: list[list[int]] = [[] for _ in nodes]
     for index, node in enumerate(nodes):
@@ -133,7 +133,7 @@ def simulate(graph: Graph) -> Replay:
         started[index] = True
         _start(nodes, index, previous[index], start, end, bound_by, reason)
         release(on_start[index])
-        if nodes[index].kind != "gpu":
+        if nodes[index].kind != "gpu" and index not in member_of:
             if to_end[index] == 0:
                 _end_cpu(nodes, index, start, end, bound_by, reason)
                 close(index)
@@ -164,6 +164,10 @@ def _start(nodes: list[Node], index: int, previous: int, start: np.ndarray, end:
     if node.kind != "gpu":
         begin = end[previous] + node.gap if previous >= 0 else node.start
         start[index], bound_by[index], reason[index] = begin, previous, LANE if previous >= 0 else FIRST
+        if node.launch is not None and start[node.launch] + (node.latency or 0.0) > begin:  # a worker thread's
+            begin = start[node.launch] + (node.latency or 0.0)  # collective, issued by its c10d:: call
+            start[index], bound_by[index], reason[index] = begin, node.launch, LAUNCH
+        end[index] = begin + node.dur
         return
     stall = max(node.gap, 0.0)  # an unexplained wait the recording showed after the work it queued behind
     options = [(end[previous] + stall, previous, LANE)] if previous >= 0 else []

@@ -1,0 +1,129 @@
+"""CPU-only traces (a training step on the CPU, e.g. the measured miniatures): their operators are the work.
+
+- :func:`cpu_family`: an operator's family from its name;
+- :func:`add_cpu_work`: each thread's outermost operators as work nodes, with the element count of
+  their largest operand (``record_shapes``);
+- :func:`link_cpu_collectives`: a collective that ProcessGroupGloo runs on one of its worker
+  threads (``gloo:all_reduce``) is launched by the ``c10d::`` call on the issuing thread, and the
+  first operator that thread runs after the collective ended waited for it (``work.wait()`` is
+  not an operator: the wait is recorded only as that gap). Without the link the issuing thread
+  keeps the recorded wait whatever an edit does to the collective.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Final
+
+import numpy as np
+
+from costmodel.profiling.trace import _short
+from costmodel.replay.graph import Graph, Node
+from costmodel.replay.parse import RawTrace
+
+__all__ = ["add_cpu_work", "cpu_family", "link_cpu_collectives", "operand_elements"]
+
+_STEP: Final = re.compile(r"^ProfilerStep#\d+$")
+
+
+def cpu_family(name: str) -> str:
+    """The family of a CPU operator (or its autograd backward node) on a CPU-only trace."""
+    lower = name.lower()
+    if lower.startswith(("gloo:", "nccl:", "c10d::")) or lower == "record_param_comms":
+        return "collective"
+    if "scaled_dot_product" in lower or "attention" in lower:
+        return "attention"
+    if "conv" in lower:
+        return "conv"
+    if any(n in lower for n in ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::bmm",
+                                "mmbackward", "addmmbackward", "bmmbackward")):
+        return "gemm"
+    return "elementwise"
+
+
+def operand_elements(args: dict[str, object]) -> int:
+    """Elements of the largest tensor operand in ``Input Dims`` (0 without shapes)."""
+    dims = args.get("Input Dims")
+    if not isinstance(dims, list):
+        return 0
+    sizes = [math.prod(d) for d in dims if isinstance(d, list) and d and all(isinstance(x, int) for x in d)]
+    return max(sizes, default=0)
+
+
+def add_cpu_work(graph: Graph, trace: RawTrace) -> None:
+    """The outermost operators of each thread of a CPU-only trace as work nodes (nested ones are inside them).
+
+    Iteration markers are not work; a ``gloo:`` / ``record_param_comms`` collective is numbered like an
+    NCCL kernel (group size from its ``Group size`` or the trace's world size).
+    """
+    work = sorted((e for e in trace.events if e.cat in ("cpu_op", "user_annotation") and not _STEP.match(e.name)),
+                  key=lambda e: (e.pid, e.tid, e.ts, -e.dur))
+    end_of: dict[tuple[str, str], float] = {}
+    for event in work:
+        thread = (event.pid, event.tid)
+        if event.ts < end_of.get(thread, -np.inf):
+            continue  # inside the previous outermost operator of its thread
+        end_of[thread] = event.ts + event.dur
+        node = Node(event.name, "cpu", ("cpu", str(trace.rank), event.pid, event.tid), trace.rank, event.ts,
+                    event.dur, cpu_family(event.name), elements=operand_elements(event.args))
+        if node.family == "collective":
+            group = event.args.get("Group size")
+            node.collective = (int(group) if isinstance(group, (int, float)) else trace.world_size,
+                               _short(event.name), 0)
+        graph.nodes.append(node)
+        graph.lanes.setdefault(node.lane, []).append(len(graph.nodes) - 1)
+        graph.cpu_work_us += event.dur
+
+
+def link_cpu_collectives(graph: Graph) -> None:
+    """Tie each worker-thread collective to the call that issued it and to the operator that waited for it.
+
+    The issuer is the last ``c10d::`` call on another thread of the process before the collective started
+    (it queues the work and may return before a worker picks it up); the issuer becomes a ``runtime``
+    call, like a kernel launch, and is no longer matched across ranks. The waiter is the issuing thread's first operator starting after the collective ended. The collective
+    starts its recorded latency after the issuer started; the waiter's recorded gap was the wait, so it
+    gets none, and its ``tail`` (wake-up and own time) runs from the collective's end.
+    """
+    nodes = graph.nodes
+    threads_with_steps = {nodes[s.begin].lane for s in graph.steps}
+    for lane, members in graph.lanes.items():
+        if lane[0] != "cpu" or lane in threads_with_steps:
+            continue
+        for index in members:
+            node = nodes[index]
+            if node.family != "collective" or node.kind != "cpu":
+                continue
+            issuer, waiter = _issuer_and_waiter(graph, node)
+            if issuer is None or waiter is None:
+                graph.unplaced[f"{node.name} on a worker thread with no issuing call"] += 1
+                continue
+            node.launch, node.latency, node.gap = issuer, node.start - nodes[issuer].start, 0.0
+            nodes[issuer].family, nodes[issuer].collective = "runtime", None  # it only queued the work
+            done, late = node.start + node.dur, nodes[waiter]
+            late.waits.append(index)
+            late.tail, late.gap = late.start + late.dur - done, 0.0
+
+
+def _issuer_and_waiter(graph: Graph, node: Node) -> tuple[int | None, int | None]:
+    """The last ``c10d::`` call that started before ``node`` on another thread of its process (the work is
+    queued: the worker may pick it up after the call returned), and that thread's first operator after it."""
+    nodes = graph.nodes
+    best: tuple[float, tuple[str, ...], int] | None = None
+    for lane, members in graph.lanes.items():
+        if lane == node.lane or lane[:3] != node.lane[:3]:
+            continue
+        for position, i in enumerate(members):
+            other = nodes[i]
+            if other.start > node.start:
+                break
+            if other.kind == "cpu" and other.name.startswith("c10d::") and (best is None or other.start > best[0]):
+                best = (other.start, lane, position)
+    if best is None:
+        return None, None
+    _, lane, position = best
+    members = graph.lanes[lane]
+    done = node.start + node.dur
+    after = next((i for i in members[position + 1:] if nodes[i].kind == "cpu" and nodes[i].start >= done - 1.0),
+                 None)
+    return members[position], after
