@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from costmodel.predict import predict_run
 from costmodel.specs import RunSpec, gpu_catalog, load_run_spec, model_catalog
 from costmodel.specs.errors import SpecError
 from costmodel.specs.runspec import run_spec_from_mapping
@@ -102,6 +101,8 @@ def predict(run: RunLike, profile_dir: str | Path | None = None) -> Prediction:
         A profile folder (``parplan profile``) instead of the GPU's built-in profile.
     """
     spec = as_run(run)
+    from costmodel.predict import predict_run  # the cost model only when a run is predicted (start-up)
+
     return Prediction.from_dict({**predict_run(spec, profile_dir), "framework": spec.framework.name})
 
 

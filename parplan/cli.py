@@ -6,16 +6,17 @@ import argparse
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+import importlib
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from costmodel.specs.errors import SpecError
-from costmodel.specs.notices import ParplanWarning
-from parplan import api
 from parplan._json import dumps
 
 EXIT_OK, EXIT_USAGE, EXIT_INFEASIBLE = 0, 2, 3
+# Start-up: nothing here imports the cost model, numpy or Optuna at module level. Each sub-command's
+# parser is built when it parses or prints help (``_LazyParser``), so `parplan --help` and a flag error
+# cost an interpreter and argparse; a command's implementation is imported when it runs.
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,6 +25,48 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"parplan: error: {message}\n")
         raise SystemExit(EXIT_USAGE)
+
+
+class _LazyParser(_Parser):
+    """A sub-command's parser whose arguments ``build(parser)`` adds the first time it parses or prints help."""
+
+    def __init__(self, *args: Any, build: Callable[[argparse.ArgumentParser], None] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._build = build
+
+    def built(self) -> _LazyParser:
+        """This parser with its arguments added (once)."""
+        build, self._build = self._build, None
+        if build is not None:
+            build(self)
+        return self
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        return super(_LazyParser, self.built()).parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        return super(_LazyParser, self.built()).format_help()
+
+    def format_usage(self) -> str:
+        return super(_LazyParser, self.built()).format_usage()
+
+
+class _Into:
+    """What ``cli_X.register(subparsers)`` takes, filling the one lazy parser made for its command.
+
+    ``register`` calls ``subparsers.add_parser(name, help=..., description=..., ...)`` once; the
+    ``help`` line is the one :data:`COMMANDS` shows, the other settings go onto ``parser``.
+    """
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.parser = parser
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        kwargs.pop("help", None)
+        for key, value in kwargs.items():  # description, epilog, formatter_class
+            setattr(self.parser, key, value)
+        return self.parser
 
 
 def _fmt_params(n: float) -> str:
@@ -40,6 +83,8 @@ def _print_table(rows: list[list[str]], header: list[str]) -> None:
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
+    from parplan import api
+
     if args.kind == "models":
         models = api.list_models()
         if args.json:
@@ -102,6 +147,8 @@ def _stage_groups(stages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    from parplan import api
+
     result = api.predict_file(args.run_spec, args.profile)
     if args.json:
         print(dumps(result))
@@ -111,6 +158,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from parplan import api
+
     result = api.validate_file(args.validation_set, args.profile)
     if args.json:
         print(dumps(result))
@@ -143,44 +192,80 @@ EXIT_CODES = """exit codes:
   130  interrupted (Ctrl-C); stored trials and study results are kept, the same command resumes"""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="parplan", description="Plan the parallelism of LLM training jobs.",
-                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"parplan {__import__('parplan').__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    cat = sub.add_parser("catalog", help="list the built-in models or GPUs",
-                         description="List the built-in model or GPU catalog.")
+def _build_catalog(cat: argparse.ArgumentParser) -> None:
+    cat.description = "List the built-in model or GPU catalog."
     cat.add_argument("kind", choices=("models", "gpus"))
     cat.add_argument("--json", action="store_true", help="print JSON only")
     cat.set_defaults(func=cmd_catalog)
 
-    pred = sub.add_parser("predict", help="predict memory (and time) of one run spec",
-                          description="Predict per-GPU memory, legality and (when the cost model provides it) "
-                                      "step time of one run spec (YAML or JSON, see docs/run_spec.md in the repository).")
+
+def _build_predict(pred: argparse.ArgumentParser) -> None:
+    pred.description = ("Predict per-GPU memory, legality and (when the cost model provides it) step time of one "
+                        "run spec (YAML or JSON, see docs/run_spec.md in the repository).")
     pred.add_argument("run_spec", help="path to a run spec (.yaml, .yml or .json)")
     pred.add_argument("--json", action="store_true", help="print only the contract JSON")
     pred.add_argument("--profile", metavar="DIR", default=None,
                       help="a profile directory (from `parplan profile`) instead of the GPU's built-in profile")
-    pred.set_defaults(func=cmd_predict)
+    pred.set_defaults(func=_dlrm_routed(cmd_predict, "cmd_predict"))
 
-    val = sub.add_parser("validate", help="predict published runs and report the error",
-                         description="Predict every run of a validation set (YAML list of runs with measured "
-                                     "step times) and print per-run error, MAPE and a constant-MFU baseline.")
+
+def _build_validate(val: argparse.ArgumentParser) -> None:
+    val.description = ("Predict every run of a validation set (YAML list of runs with measured step times) and "
+                       "print per-run error, MAPE and a constant-MFU baseline.")
     val.add_argument("validation_set", help="e.g. studies/validation/public.yaml")
     val.add_argument("--json", action="store_true", help="print only JSON")
     val.add_argument("--profile", metavar="DIR", default=None, help="use this profile directory for every run")
     val.set_defaults(func=cmd_validate)
 
-    from parplan import cli_profile, cli_recsys, cli_replay, cli_search, cli_study
 
-    cli_search.register(sub)
-    cli_recsys.route(pred, cli_recsys.cmd_predict)  # DLRM run specs (recsys: block) go to cli_recsys
-    cli_recsys.route(sub.choices["search"], cli_recsys.cmd_search)
-    cli_study.register(sub)
-    cli_profile.register(sub)
-    cli_replay.register(sub)
+def _build_search(search: argparse.ArgumentParser) -> None:
+    from parplan import cli_search
 
+    cli_search.register(_Into(search))
+    search.set_defaults(func=_dlrm_routed(search.get_default("func"), "cmd_search"))
+
+
+def _registered(module: str) -> Callable[[argparse.ArgumentParser], None]:
+    """A builder that lets ``parplan.<module>.register`` fill the parser."""
+    def build(parser: argparse.ArgumentParser) -> None:
+        importlib.import_module(f"parplan.{module}").register(_Into(parser))
+    return build
+
+
+def _dlrm_routed(llm: Callable[[argparse.Namespace], int], name: str) -> Callable[[argparse.Namespace], int]:
+    """``llm``, except that DLRM run specs go to ``parplan.cli_recsys.<name>`` (imported when the command runs)."""
+    def dispatch(args: argparse.Namespace) -> int:
+        from parplan import cli_recsys
+
+        # cli_recsys.route holds the rule which specs are DLRM ones; applied to a holder parser here.
+        holder = argparse.ArgumentParser(add_help=False)
+        holder.set_defaults(func=llm)
+        cli_recsys.route(holder, getattr(cli_recsys, name))
+        return int(holder.get_default("func")(args))
+    return dispatch
+
+
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "catalog": ("list the built-in models or GPUs", _build_catalog),
+    "predict": ("predict memory (and time) of one run spec", _build_predict),
+    "validate": ("predict published runs and report the error", _build_validate),
+    "search": ("find the fastest (or cheapest) parallelism strategy", _build_search),
+    "study": ("batch studies over models x GPU kinds x GPU counts", _registered("cli_study")),
+    "profile": ("measure operator timings on this machine, fit them, or import a trace", _registered("cli_profile")),
+    "replay": ("replay a PyTorch profiler trace; what-if edits of it", _registered("cli_replay")),
+}
+"""Each sub-command: the line `parplan --help` shows (its module's ``register`` passes the same ``help``;
+tests/parplan/test_cli_startup.py checks it), and what builds its parser."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``parplan`` parser; each sub-command's arguments are added when it first parses or prints help."""
+    parser = _Parser(prog="parplan", description="Plan the parallelism of LLM training jobs.",
+                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"parplan {__import__('parplan').__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_LazyParser)
+    for name, (summary, build) in COMMANDS.items():
+        sub.add_parser(name, help=summary, build=build)
     comp = sub.add_parser("completion", help="print a shell completion script (bash, zsh, tcsh)",
                           description="Print the completion script of a shell, e.g. "
                                       "`parplan completion bash > ~/.local/share/bash-completion/completions/parplan`.")
@@ -189,10 +274,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def built(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``parser`` with every lazy sub-command parser built (for tools that walk it, such as shtab)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                if isinstance(sub, _LazyParser):
+                    built(sub.built())
+    return parser
+
+
 def cmd_completion(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     import shtab
 
-    print(shtab.complete(parser, shell=args.shell))
+    print(shtab.complete(built(parser), shell=args.shell))
     return EXIT_OK
 
 
@@ -201,6 +296,8 @@ _format_warning = warnings.formatwarning
 
 def _one_line_warning(message: Warning | str, category: type[Warning], *rest: Any, **kw: Any) -> str:
     """``parplan: warning: ...`` for parplan's own warnings; others as Python formats them."""
+    from costmodel.specs.notices import ParplanWarning  # a warning comes from code that imported it already
+
     if issubclass(category, ParplanWarning):
         return f"parplan: warning: {message}\n"
     return _format_warning(message, category, *rest, **kw)
@@ -210,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning  # type: ignore[assignment]
     parser = build_parser()
     args = parser.parse_args(argv)
+    from costmodel.specs.errors import SpecError  # after parsing: a flag error needs no cost-model package
+
     try:
         code = int(args.func(args))
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
