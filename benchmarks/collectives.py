@@ -109,15 +109,16 @@ def _placement(op: str, cluster: ClusterSpec):  # type: ignore[no-untyped-def]
 
 
 def model_times(op: str, sizes: np.ndarray, cluster: ClusterSpec,
-                algorithms: tuple[str, ...] | None = None) -> np.ndarray:
+                algorithms: tuple[str, ...] | None = None, network: str = "ib") -> np.ndarray:
     """Model seconds of ``op`` over all GPUs of ``cluster`` (send_recv: first to last rank)."""
-    return np.asarray(collective_seconds(op, sizes, _placement(op, cluster), cluster.gpu, algorithms=algorithms))
+    return np.asarray(collective_seconds(op, sizes, _placement(op, cluster), cluster.gpu, algorithms=algorithms,
+                                         network=network))
 
 
 def model_algorithms(op: str, sizes: np.ndarray, cluster: ClusterSpec,
-                     algorithms: tuple[str, ...] | None = None) -> list[str]:
+                     algorithms: tuple[str, ...] | None = None, network: str = "ib") -> list[str]:
     """The algorithm/protocol the model's NCCL tuner picks for each size (of ``algorithms``, as NCCL_ALGO)."""
-    return nccl_algorithm(op, sizes, _placement(op, cluster), cluster.gpu, algorithms=algorithms)
+    return nccl_algorithm(op, sizes, _placement(op, cluster), cluster.gpu, algorithms=algorithms, network=network)
 
 
 def list_unpack_seconds(gathered_bytes: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
@@ -156,8 +157,9 @@ def published_rows(path: Path = PUBLISHED) -> list[PublishedRow]:
         n, op = cluster.num_gpus, entry["op"]
         sizes = np.array([parse_size(p[0]) for p in entry["points"]])
         forced = tuple(entry["algorithms"]) if "algorithms" in entry else None  # the run's NCCL_ALGO
-        model = bus_bandwidth(op, sizes, model_times(op, sizes, cluster, forced), n) / 1e9
-        algorithms = model_algorithms(op, sizes, cluster, forced)
+        network = entry.get("network", "ib")  # the scale-out transport (nccl_tuning.NET_PLUGIN_LATENCY_US)
+        model = bus_bandwidth(op, sizes, model_times(op, sizes, cluster, forced, network), n) / 1e9
+        algorithms = model_algorithms(op, sizes, cluster, forced, network)
         status = ("excluded: " + entry["excluded"] if "excluded" in entry
                   else "in-sample: " + entry["calibrates"] if "calibrates" in entry else "ok")
         for (_, figure), size, got, algorithm in zip(entry["points"], sizes, model, algorithms, strict=True):

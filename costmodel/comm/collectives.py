@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from costmodel.comm.calibration import CommCalibration, default_calibration
 from costmodel.comm.formulas import OPS, LinkFigures, candidate_seconds
-from costmodel.comm.nccl_tuning import platform_for
+from costmodel.comm.nccl_tuning import NET_PLUGIN_LATENCY_US, platform_for
 from costmodel.comm.placement import GroupPlacement
 from costmodel.specs.errors import SpecError
 from costmodel.specs.gpu import GPUSpec
@@ -29,13 +29,19 @@ IntraPredictor = Callable[[str, int, NDArray[np.float64]], tuple[NDArray[np.floa
 """``(op, num_gpus, message_bytes) -> (seconds, in_range)``: measured NCCL inside one domain."""
 
 
-def link_figures(gpu: GPUSpec, calibration: CommCalibration | None = None) -> LinkFigures:
-    """Effective bandwidths of ``gpu``'s two tiers: catalog link rate times calibrated efficiency."""
-    return _link_figures(gpu, calibration or default_calibration())
+def link_figures(gpu: GPUSpec, calibration: CommCalibration | None = None, network: str = "ib") -> LinkFigures:
+    """Effective bandwidths of ``gpu``'s two tiers: catalog link rate times calibrated efficiency.
+
+    ``network`` names the scale-out transport NCCL runs on (a key of
+    :data:`~costmodel.comm.nccl_tuning.NET_PLUGIN_LATENCY_US`; InfiniBand by default).
+    """
+    if not isinstance(network, str) or network not in NET_PLUGIN_LATENCY_US:
+        raise SpecError("network", network, "one of " + ", ".join(NET_PLUGIN_LATENCY_US))
+    return _link_figures(gpu, calibration or default_calibration(), network)
 
 
 @lru_cache(maxsize=256)  # a search prices thousands of collectives on the same GPU
-def _link_figures(gpu: GPUSpec, cal: CommCalibration) -> LinkFigures:
+def _link_figures(gpu: GPUSpec, cal: CommCalibration, network: str) -> LinkFigures:
     up, out = gpu.intra_node_bandwidth_bytes_per_s, gpu.inter_node_bandwidth_bytes_per_s
     return LinkFigures(
         up_ring_bytes_per_s=up * cal.ring_efficiency_for(gpu.name),
@@ -47,6 +53,7 @@ def _link_figures(gpu: GPUSpec, cal: CommCalibration) -> LinkFigures:
         up_latency_s=gpu.intra_node_latency_s,
         out_latency_s=gpu.inter_node_latency_s,
         platform=platform_for(gpu.name),
+        net_plugin_latency_s=NET_PLUGIN_LATENCY_US[network] * 1e-6,
     )
 
 
@@ -80,7 +87,7 @@ def _candidates(op: str, message_bytes: NDArray[np.float64], placement: GroupPla
 
 def nccl_algorithm(op: str, message_bytes: ArrayLike, placement: GroupPlacement, gpu: GPUSpec, *,
                    calibration: CommCalibration | None = None,
-                   algorithms: tuple[str, ...] | None = None) -> list[str]:
+                   algorithms: tuple[str, ...] | None = None, network: str = "ib") -> list[str]:
     """The algorithm/protocol NCCL's tuner runs for each message size (``"ring/LL128"``, ``"nvls/Simple"``, ...).
 
     The analytic model's choice, the cheapest of :func:`costmodel.comm.formulas.candidate_seconds`
@@ -89,7 +96,7 @@ def nccl_algorithm(op: str, message_bytes: ArrayLike, placement: GroupPlacement,
     if op not in OPS:
         raise SpecError("op", op, "one of " + ", ".join(OPS))
     sizes = np.atleast_1d(np.asarray(message_bytes, dtype=np.float64))
-    candidates = _candidates(op, sizes, placement, link_figures(gpu, calibration), algorithms)
+    candidates = _candidates(op, sizes, placement, link_figures(gpu, calibration, network), algorithms)
     names = list(candidates)
     best = np.argmin(np.stack([candidates[name] for name in names]), axis=0)
     return [names[i] for i in best]
@@ -99,20 +106,20 @@ def nccl_algorithm(op: str, message_bytes: ArrayLike, placement: GroupPlacement,
 def collective_seconds(op: str, message_bytes: float, placement: GroupPlacement, gpu: GPUSpec,
                        intra: IntraPredictor | None = None, *,
                        calibration: CommCalibration | None = None,
-                       algorithms: tuple[str, ...] | None = None) -> float: ...
+                       algorithms: tuple[str, ...] | None = None, network: str = "ib") -> float: ...
 
 
 @overload
 def collective_seconds(op: str, message_bytes: NDArray[np.float64], placement: GroupPlacement, gpu: GPUSpec,
                        intra: IntraPredictor | None = None, *,
                        calibration: CommCalibration | None = None,
-                       algorithms: tuple[str, ...] | None = None) -> NDArray[np.float64]: ...
+                       algorithms: tuple[str, ...] | None = None, network: str = "ib") -> NDArray[np.float64]: ...
 
 
 def collective_seconds(op: str, message_bytes: ArrayLike, placement: GroupPlacement, gpu: GPUSpec,
                        intra: IntraPredictor | None = None, *,
                        calibration: CommCalibration | None = None,
-                       algorithms: tuple[str, ...] | None = None) -> float | NDArray[np.float64]:
+                       algorithms: tuple[str, ...] | None = None, network: str = "ib") -> float | NDArray[np.float64]:
     """Seconds one ``op`` takes on the group ``placement`` describes.
 
     Parameters
@@ -133,6 +140,9 @@ def collective_seconds(op: str, message_bytes: ArrayLike, placement: GroupPlacem
         Efficiencies; the shipped ``calibration.yaml`` by default.
     algorithms : tuple of str, optional
         Only these of :data:`ALGORITHMS` compete, as ``NCCL_ALGO`` restricts NCCL; all by default.
+    network : str, optional
+        The scale-out transport (``"ib"``, ``"aws-efa-p5en-p6-b200"``, ...): the latency it reports to
+        NCCL's tuner is added to every inter-node hop (:data:`~costmodel.comm.nccl_tuning.NET_PLUGIN_LATENCY_US`).
 
     Returns
     -------
@@ -148,7 +158,7 @@ def collective_seconds(op: str, message_bytes: ArrayLike, placement: GroupPlacem
         seconds = np.zeros_like(sizes)
     else:
         flat = np.atleast_1d(sizes)
-        candidates = _candidates(op, flat, placement, link_figures(gpu, calibration), algorithms)
+        candidates = _candidates(op, flat, placement, link_figures(gpu, calibration, network), algorithms)
         seconds = np.minimum.reduce(list(candidates.values()))
         if intra is not None and not placement.crosses_nodes:
             ranks = 2 if op == "send_recv" else placement.size

@@ -22,7 +22,10 @@ pair is priced ``latency + bytes / bandwidth`` and the cheapest runs, as NCCL's 
   for all_reduce, ``n-1`` for all_gather / reduce_scatter; ``nInterSteps = 2(k-1)``, ``k-1``),
   ``2 * ((g-1) * intraLat + log2i(k) * interLat)`` for the tree. A hop is the catalog's
   ``intra_node_latency_us`` / ``inter_node_latency_us`` (Ring/Simple) scaled by NCCL's
-  hwLatencies ratio for the pair; across nodes an intra-node ring step costs at least NCCL's
+  hwLatencies ratio for the pair, and a network hop also carries the latency the network transport
+  reports to NCCL (``latencyInter``, twice with Simple: 0 on InfiniBand, 35 us from AWS's EFA plugin on
+  p5en / p6-b200; :data:`~costmodel.comm.nccl_tuning.NET_PLUGIN_LATENCY_US`); across nodes an
+  intra-node ring step costs at least NCCL's
   network overhead (1 us, 2 us on AMD hosts, x3 with Simple), and a Simple ring's latency
   carries NCCL's x1.4 plateau once each rank's share of a channel is >= 64 B.
 * bandwidth: the calibrated Simple bandwidth of the links times NCCL's protocol factor (Ring LL
@@ -96,6 +99,7 @@ from costmodel.comm.nccl_tuning import (
     PROTOCOLS,
     NcclPlatform,
     channel_fraction,
+    net_hop_latency_s,
     net_overhead_s,
     nvls_pipeline_factor,
     protocol_bus_bandwidth,
@@ -145,6 +149,8 @@ class LinkFigures:
     out_latency_s: float
     base_latency_s: float = NCCL_BASE_LATENCY_S
     platform: NcclPlatform = DEFAULT_PLATFORM
+    # what the network transport reports to NCCL's tuner (nccl_tuning.NET_PLUGIN_LATENCY_US; 0: InfiniBand)
+    net_plugin_latency_s: float = 0.0
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -189,7 +195,7 @@ def _ring_candidates(op: str, message_bytes: Bytes, n: Bytes | int, k: int, simp
         out_hop = 0.0
         if k > 1:
             up_hop = max(up_hop, net_overhead_s(platform, proto))
-            out_hop = scaled_hop_latency_s("net", "ring", proto, links.out_latency_s)
+            out_hop = net_hop_latency_s("ring", proto, links.out_latency_s, links.net_plugin_latency_s)
         latency = BASE_LATENCY_US["ring"][PROTOCOLS.index(proto)] * 1e-6 + (hops - out_hops) * up_hop \
             + out_hops * out_hop
         if proto == "Simple":
@@ -211,7 +217,7 @@ def _tree_candidates(message_bytes: Bytes, g: int, k: int, simple_seconds_per_by
     seconds = {}
     for proto in _protocols(links, across=k > 1):
         up_hop = scaled_hop_latency_s(up_tier, "tree", proto, links.up_latency_s)
-        out_hop = scaled_hop_latency_s("net", "tree", proto, links.out_latency_s)
+        out_hop = net_hop_latency_s("tree", proto, links.out_latency_s, links.net_plugin_latency_s)
         latency = BASE_LATENCY_US["tree"][PROTOCOLS.index(proto)] * 1e-6 + 2 * ((g - 1) * up_hop + levels * out_hop)
         # algbw = busbw / 2 for the tree [NCCL-TUNING], so its Simple bus bandwidth is 2 / seconds-per-byte
         share = channel_fraction(proto, "tree", message_bytes, g * k, platform, k)
@@ -250,7 +256,7 @@ def _nvls_candidates(message_bytes: Bytes, g: int, k: int, links: LinkFigures) -
         return {"nvls/Simple": latency + switch_seconds_per_byte * message_bytes * fill}
     levels = int(math.floor(math.log2(k)))  # NCCL's log2i
     latency = scaled_hop_latency_s("nvlink", "nvls_tree", "Simple", links.up_latency_s) \
-        + 2 * levels * scaled_hop_latency_s("net", "nvls_tree", "Simple", links.out_latency_s)
+        + 2 * levels * net_hop_latency_s("nvls_tree", "Simple", links.out_latency_s, links.net_plugin_latency_s)
     tree_sends_per_domain = 1.0 if k == 2 else 2.0
     seconds_per_byte = max(switch_seconds_per_byte, tree_sends_per_domain / g / links.out_ring_bytes_per_s)
     # NCCL applies the tree's medium-size correction to NVLS Tree only on Blackwell with an x86 host

@@ -24,6 +24,7 @@ __all__ = [
     "BASE_LATENCY_US",
     "DEFAULT_PLATFORM",
     "HOP_LATENCY_US",
+    "NET_PLUGIN_LATENCY_US",
     "PROTOCOLS",
     "NVLS_CHANNELS_ONE_NODE",
     "NVLS_EFFICIENCY",
@@ -32,6 +33,7 @@ __all__ = [
     "NVLS_PIPELINE_STAGES",
     "NcclPlatform",
     "channel_fraction",
+    "net_hop_latency_s",
     "net_overhead_s",
     "nvls_pipeline_factor",
     "platform_for",
@@ -76,6 +78,16 @@ NVLS_PIPELINE_STAGES: Final = 3
 # NCCL_MAX_NVLS_ARITY (src/include/device.h): at most 32 NVLS heads, so a larger domain (NVL72) has
 # GPUs that only feed the switch [NCCL-TUNING].
 NVLS_MAX_HEADS: Final = 32
+
+# Latency (us) the network transport reports to NCCL (ncclNetProperties_t.latency). NCCL's tuner adds it
+# to every inter-node hop of every algorithm and protocol, and once more with Simple ("Also add the flush
+# extra latency"): ``interLat += graphs[a]->latencyInter`` (ncclTopoTuneModel), ``latencyInter =
+# net->net.latency`` (src/graph/search.cc) [NCCL-TUNING]. The catalog's per-hop latencies are InfiniBand's,
+# whose transport reports 0 ("props->latency = 0; // Not set", src/transport/net_ib/init.cc); AWS's EFA
+# plugin reports a figure per instance type (github.com/aws/aws-ofi-nccl src/platform-aws.cpp at commit
+# 2daf7d30, 2026-08: ``.latency`` 35.0 for "p5en/p6-b200", 75.0 for p4d / p4de / p5 / p5e, 75.0 also the
+# default for an instance type it does not list, "empirical testing on P5").
+NET_PLUGIN_LATENCY_US: Final = {"ib": 0.0, "aws-efa-p5en-p6-b200": 35.0, "aws-efa-p4d-p5": 75.0}
 
 # getNetOverhead (us): a multi-node ring step costs at least this, 3x with Simple [NCCL-TUNING].
 NET_OVERHEAD_US: Final = {"intel": 1.0, "amd": 2.0, "arm": 1.0}
@@ -198,6 +210,15 @@ def scaled_hop_latency_s(tier: str, algo: str, proto: str, catalog_hop_s: float)
     table = HOP_LATENCY_US[tier]
     hop = NVLS_HOP_LATENCY_US[tier][algo] if algo in ("nvls", "nvls_tree") else table[algo][PROTOCOLS.index(proto)]
     return catalog_hop_s * hop / table["ring"][2]
+
+
+def net_hop_latency_s(algo: str, proto: str, catalog_hop_s: float, plugin_latency_s: float = 0.0) -> float:
+    """One inter-node step: the scaled NET hop plus the transport's reported latency, twice with Simple.
+
+    ``plugin_latency_s`` is :data:`NET_PLUGIN_LATENCY_US` of the network (0 for InfiniBand) [NCCL-TUNING].
+    """
+    flushes = 2.0 if proto == "Simple" else 1.0
+    return scaled_hop_latency_s("net", algo, proto, catalog_hop_s) + flushes * plugin_latency_s
 
 
 def net_overhead_s(platform: NcclPlatform, proto: str) -> float:
