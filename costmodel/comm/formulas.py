@@ -47,6 +47,9 @@ the ring bandwidth, instead of the ring's ``2 (g-1)/g S``. That reproduces the m
 by GPU count on 8x H200 (5 GPUs 1.13x the ring, 8 GPUs 1.29x) within 3% [MLE-NET]; NCCL's own
 estimate (2x the ring bandwidth) does not. One-domain NVLS runs a three-stage chunk pipeline
 whose fill stretches mid-size calls (8 MiB: 2x); NVLS Tree takes the tree's size correction where NCCL applies it (Blackwell, x86 host).
+NVLS Tree's bus bandwidth stops at NCCL's ceiling of ``heads x perChMaxNVLSTreeBw`` (Hopper 57.7 GB/s per
+head on two nodes, 45.5 beyond; Blackwell 96 / 80): on 2 x HGX H100 that is 462 GB/s where the
+switch alone would allow 524, and 470 is measured [NCCLT-309].
 
 Across domains NCCL runs one of two algorithms for all_reduce and picks the faster by its
 model [NCCL-TUNING]; all_gather and reduce_scatter always use the ring:
@@ -102,6 +105,7 @@ from costmodel.comm.nccl_tuning import (
     net_hop_latency_s,
     net_overhead_s,
     nvls_pipeline_factor,
+    nvls_tree_bus_cap,
     protocol_bus_bandwidth,
     ring_plateau_factor,
     scaled_hop_latency_s,
@@ -237,7 +241,8 @@ def _nvls_candidates(message_bytes: Bytes, g: int, k: int, links: LinkFigures) -
     [NCCL-TUNING]. On 8 GPUs that is ``2 (g-1)/(g+1) = 1.56`` ring bus bandwidths before the
     efficiency, where NCCL's own estimate takes 2 (all_reduce "pipelines two operations").
     Across domains (NVLS Tree) the reduced shards go up and down a double binary tree over each
-    GPU's NIC, as the Tree's do (:func:`_tree_seconds_per_byte`), and the tiers overlap. Latency:
+    GPU's NIC, as the Tree's do (:func:`_tree_seconds_per_byte`), and the tiers overlap, up to NCCL's
+    per-head ceiling (:func:`~costmodel.comm.nccl_tuning.nvls_tree_bus_cap`). Latency:
     NCCL's NVLS / NVLS Tree hops, scaled by the catalog latencies like the other algorithms.
     Inside one domain the three-stage chunk pipeline's fill and drain stretch mid-size calls
     (:func:`~costmodel.comm.nccl_tuning.nvls_pipeline_factor`). NVLS Tree takes the tree's
@@ -258,7 +263,10 @@ def _nvls_candidates(message_bytes: Bytes, g: int, k: int, links: LinkFigures) -
     latency = scaled_hop_latency_s("nvlink", "nvls_tree", "Simple", links.up_latency_s) \
         + 2 * levels * net_hop_latency_s("nvls_tree", "Simple", links.out_latency_s, links.net_plugin_latency_s)
     tree_sends_per_domain = 1.0 if k == 2 else 2.0
-    seconds_per_byte = max(switch_seconds_per_byte, tree_sends_per_domain / g / links.out_ring_bytes_per_s)
+    # NCCL's per-head ceiling on NVLS Tree bus bandwidth, as a time per buffer byte (1 / algbw)
+    capped_seconds_per_byte = bus_factor("all_reduce", g * k) / nvls_tree_bus_cap(platform, k, heads)
+    seconds_per_byte = max(switch_seconds_per_byte, tree_sends_per_domain / g / links.out_ring_bytes_per_s,
+                           capped_seconds_per_byte)
     # NCCL applies the tree's medium-size correction to NVLS Tree only on Blackwell with an x86 host
     # (ncclTopoGetAlgoTime) [NCCL-TUNING]; elsewhere its NVLS Tree estimate is the plain bandwidth term.
     corrected = platform.arch == "blackwell" and platform.cpu in ("intel", "amd")

@@ -35,6 +35,7 @@ __all__ = [
     "channel_fraction",
     "net_hop_latency_s",
     "net_overhead_s",
+    "nvls_tree_bus_cap",
     "nvls_pipeline_factor",
     "platform_for",
     "protocol_bus_bandwidth",
@@ -113,6 +114,9 @@ PER_CHANNEL_TREE_GBPS: Final = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23
                                 "hopper": (38.7, 41.4, 36.0), "blackwell": (70.0, 42.8, 24.0)}
 PER_CHANNEL_TREE_LL128_GBPS: Final = {"volta": (20.0,) * 3, "ampere": (20.0,) * 3, "hopper": (36.7, 36.7, 29.0),
                                       "blackwell": (55.6, 31.67, 20.0)}
+# perChMaxNVLSTreeBws: NVLS Tree's bus bandwidth per NVLS head (NCCL's NVLS graph has one channel per head),
+# two nodes / more (its one-node entry is unused: NVLS Tree is disabled on one node) [NCCL-TUNING].
+PER_HEAD_NVLS_TREE_GBPS: Final = {"hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 80.0)}
 
 # treeCorrectionFactor per protocol, index log2i(bytes / 64), 64 B .. 512 MB; 1 beyond. Tree all_reduce
 # reads the first 23 entries (to 256 MB), NVLS Tree all 24 (``ncclTopoGetAlgoTime``) [NCCL-TUNING].
@@ -256,6 +260,15 @@ def protocol_bus_bandwidth(algo: str, proto: str, simple_bus_bytes_per_s: float,
             return np.minimum(bw * factor, channels * PER_CHANNEL_TREE_LL128_GBPS[platform.arch][node] * 1e9)
         return bw
     raise ValueError(f"The 'algo' parameter must be 'ring' or 'tree'. Got {algo!r} instead.")
+
+
+def nvls_tree_bus_cap(platform: NcclPlatform, num_domains: int, heads: int) -> float:
+    """NCCL's ceiling on NVLS Tree bus bandwidth (bytes/s): ``heads x perChMaxNVLSTreeBw`` [NCCL-TUNING].
+
+    ``ncclTopoTuneModel`` takes ``nChannels x min(intraBw, interBw, perChMaxNVLSTreeBw)`` with the NVLS
+    graph's channels, one per NVLS head (``connectNvls``, src/graph/connect.cc).
+    """
+    return heads * PER_HEAD_NVLS_TREE_GBPS[platform.arch][_nodes_index(num_domains)] * 1e9
 
 
 _TREE_CORRECTION_TABLES: Final = {(algo, proto): np.asarray(table[:entries] + (1.0,))

@@ -1,8 +1,8 @@
-"""The network transport's reported latency in NCCL's tuner (costmodel/comm/nccl_tuning.py NET_PLUGIN_LATENCY_US).
+"""Two of NCCL's tuner inputs in the collective model: a network's reported latency, NVLS Tree's per-head cap.
 
 NCCL adds ``latencyInter`` (what the net plugin reports) to every inter-node hop, twice with Simple
 (src/graph/tuning.cc ncclTopoTuneModel); InfiniBand reports 0, AWS's EFA plugin 35 us on p5en / p6-b200
-(aws-ofi-nccl src/platform-aws.cpp).
+(aws-ofi-nccl src/platform-aws.cpp). NVLS Tree's bus bandwidth is at most ``heads x perChMaxNVLSTreeBw``.
 """
 
 from __future__ import annotations
@@ -82,3 +82,29 @@ def test_every_benchmark_row_network_is_one_the_tuner_knows():
     rows = yaml.safe_load(path.read_text(encoding="utf-8"))["comparisons"]
     networks = {row["network"] for row in rows if "network" in row}
     assert networks and networks <= set(NET_PLUGIN_LATENCY_US)
+
+
+# --- NVLS Tree's per-head bandwidth ceiling (perChMaxNVLSTreeBws, src/graph/tuning.cc) -----------------
+H100 = get_gpu("h100-sxm5-80gb")
+
+
+def _nvls_tree_busbw(gpu, k: int, size: float = 2.0**34) -> float:
+    seconds = candidate_seconds("all_reduce", np.array([size]), 8, k, link_figures(gpu))["nvls_tree/Simple"][0]
+    return 2 * (8 * k - 1) / (8 * k) * size / seconds / 1e9
+
+
+@pytest.mark.parametrize(("k", "per_head"), [(2, 57.7), (4, 45.5), (128, 45.5)])
+def test_hopper_nvls_tree_busbw_stops_at_nccls_per_head_ceiling(k, per_head):
+    from costmodel.comm.nccl_tuning import nvls_tree_bus_cap, platform_for
+
+    cap = nvls_tree_bus_cap(platform_for(H100.name), k, 8) / 1e9
+    assert cap == pytest.approx(8 * per_head)
+    busbw = _nvls_tree_busbw(H100, k)
+    assert busbw <= cap * (1 + 1e-9)
+    assert busbw == pytest.approx(cap, rel=0.01)  # 16 GiB: bandwidth-bound, the ceiling binds on Hopper
+
+
+def test_blackwell_nvls_tree_ceiling_is_above_what_its_nics_carry():
+    # 8 x 80 GB/s per head on Blackwell across > 2 nodes: the 50 GB/s NICs bind first, so the cap changes nothing
+    busbw = _nvls_tree_busbw(B200, 4)
+    assert busbw < 8 * 80.0 * 0.7
