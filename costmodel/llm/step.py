@@ -327,8 +327,12 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
             cache[key] = StageTimes(c, *_layer_comm(run, timer, c, layers, moe_layers, st), overhead_s=overhead)
         stages.append(cache[key])
     name = schedule_name(s.pp, s.vpp, s.pipeline_schedule)
+    # PyTorch pipelining steps the schedule once per local batch (strategy.pipeline_flushes): each flush
+    # fills and drains, and its last backward runs the gradient sync (torch stage.py
+    # backward_maybe_with_nosync; Automodel's patch keeps that for FSDP-wrapped stages), so both repeat.
+    flushes = s.pipeline_flushes if s.pp > 1 else 1
     flush: PipelineTime = SCHEDULES[name]([t.forward_s for t in stages], [t.backward_s for t in stages],
-                                          m, s.vpp, _p2p_seconds(run, timer),
+                                          max(1, m // flushes), s.vpp, _p2p_seconds(run, timer),
                                           wgrad=[t.compute.wgrad_s for t in stages])
     # After the flush: stage i finished its last backward sum(backward of ranks < i) earlier.
     tails = []
@@ -349,9 +353,9 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
         "tp_comm_s": m * k.tp_s,
         "cp_comm_s": m * k.cp_s,
         "ep_comm_s": m * k.ep_s,
-        "pp_comm_s": flush.p2p_s,
-        "pp_bubble_s": flush.bubble_s,
-        "dp_comm_exposed_s": m * k.zero3_s + (tail - optimizer) + head,
+        "pp_comm_s": flushes * flush.p2p_s,
+        "pp_bubble_s": flushes * flush.bubble_s,
+        "dp_comm_exposed_s": m * k.zero3_s + flushes * (tail - optimizer + head),
         "optimizer_s": optimizer,
         "other_s": m * k.overhead_s,
     }

@@ -67,6 +67,10 @@ class Strategy:
     With none set, a ``pp`` that does not divide the layers takes the default first/last-stage split.
     ``pipeline_schedule`` (``PIPELINE_SCHEDULES``; None: the one Megatron-LM runs for ``pp`` and
     ``vpp``) names the schedule, e.g. ``dualpipe`` (DeepSeek-V3, ``costmodel.llm.dualpipe``).
+    ``pipeline_flushes`` (default 1): with ``pp > 1``, how many times the schedule runs per optimizer
+    step, each over ``num_microbatches / pipeline_flushes`` micro-batches with its own fill and drain
+    (PyTorch-pipelining frameworks step the schedule once per local batch inside their
+    gradient-accumulation loop: NeMo Automodel's ``GA``, torchtitan); Megatron runs all in one.
 
     ``hsdp_shard_size`` (hybrid sharded data parallelism): the data-parallel ranks (of the
     ``dp * cp`` gradient-sync group) one ZeRO shard spans; the ``dp * cp / hsdp_shard_size``
@@ -103,6 +107,7 @@ class Strategy:
     moe_a2a_overlap: bool | None = None
     pipeline_layout: str | None = None
     pipeline_schedule: str | None = None
+    pipeline_flushes: int = 1
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
     account_for_embedding: bool = False
@@ -118,6 +123,7 @@ class Strategy:
         require_choice("strategy.precision", self.precision, PRECISIONS)
         require_choice("strategy.cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
         require_int("strategy.hsdp_shard_size", self.hsdp_shard_size, minimum=0)
+        require_int("strategy.pipeline_flushes", self.pipeline_flushes)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
             raise SpecError("strategy.zero_stage", self.zero_stage, "one of 0, 1, 2, 3")
         for name in ("sequence_parallel", "flash_attention", "allow_tp_across_nodes", "tp_comm_overlap",
