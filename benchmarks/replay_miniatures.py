@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 import tempfile
 import time
@@ -31,14 +32,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import numpy as np  # noqa: E402
 from _replay_miniature import Config, record_config  # noqa: E402
 
 from costmodel.replay.edit import apply_what_if, fastest_steps, parse_what_if  # noqa: E402
-from costmodel.replay.graph import build_graph  # noqa: E402
+from costmodel.replay.graph import Graph, build_graph  # noqa: E402
 from costmodel.replay.parse import read_trace  # noqa: E402
 from costmodel.replay.simulate import simulate  # noqa: E402
 
 LAYERS, WORLDS, BATCHES = (2, 4), (1, 2, 4), (2, 8)
+ESTIMATORS = ("wall", "median", "fastest_ops")
 
 
 def edits_between(source: Config, target: Config) -> str | None:
@@ -58,12 +61,29 @@ def kind_of(source: Config, target: Config) -> str:
                                          ("dp", source.world != target.world)) if changed)
 
 
-def pairs(traces: dict[Config, Path]) -> tuple[list[dict[str, object]], list[str]]:
-    """Every ordered pair of configurations of one batch size: predicted and measured step time."""
-    graphs = {c: build_graph([read_trace(p)]) for c, p in traces.items()}
+def _rank0(replay_iterations: list, measured: bool = False) -> list[float]:  # type: ignore[type-arg]
+    return [it.measured_s if measured else it.replayed_s for it in replay_iterations if it.rank == 0]
+
+
+def estimates(graph: Graph, fastest: Graph) -> dict[str, float]:
+    """Rank 0's step by each estimator: fastest and median replayed step, and the fastest-ops composite."""
+    steps = _rank0(simulate(graph).iterations)
+    return {"wall": min(steps), "median": float(np.median(steps)), "fastest_ops": min(_rank0(simulate(fastest).iterations))}
+
+
+def pairs(traces: dict[Config, list[Path]], cores: int) -> tuple[list[dict[str, object]], list[str]]:
+    """Every ordered pair of configurations of one batch size: predicted and measured step time.
+
+    The source graph holds all its ranks' traces (collectives matched: the wait for a peer is apart
+    from the transfer); the target's measured step is rank 0's, by the same estimator.
+    """
+    graphs = {c: build_graph([read_trace(p) for p in paths]) for c, paths in traces.items()}
     fastest = {c: fastest_steps(g) for c, g in graphs.items()}
-    measured = {c: min(it.measured_s for it in simulate(g).iterations) for c, g in graphs.items()}
-    composite = {c: min(it.replayed_s for it in simulate(g).iterations) for c, g in fastest.items()}
+    measured = {}
+    for c, g in graphs.items():
+        steps = _rank0(simulate(g).iterations, measured=True)
+        measured[c] = {"wall": min(steps), "median": float(np.median(steps)),
+                       "fastest_ops": min(_rank0(simulate(fastest[c]).iterations))}
     rows, skipped = [], []
     for source, target in itertools.permutations(traces, 2):
         if source.batch != target.batch:
@@ -72,14 +92,14 @@ def pairs(traces: dict[Config, Path]) -> tuple[list[dict[str, object]], list[str
         if edit is None:
             skipped.append(f"{source.name} -> {target.name}")
             continue
-        pairs = parse_what_if(edit)
-        predicted = min(it.replayed_s for it in simulate(apply_what_if(graphs[source], pairs)).iterations)
-        fast = min(it.replayed_s for it in simulate(apply_what_if(fastest[source], pairs)).iterations)
-        rows.append({"source": source.name, "target": target.name, "edit": edit, "kind": kind_of(source, target),
-                     "predicted_s": predicted, "measured_s": measured[target],
-                     "error": predicted / measured[target] - 1.0,
-                     "fastest_ops_predicted_s": fast, "fastest_ops_measured_s": composite[target],
-                     "fastest_ops_error": fast / composite[target] - 1.0})
+        what_if = parse_what_if(f"{edit},cores={cores}")
+        got = estimates(apply_what_if(graphs[source], what_if), apply_what_if(fastest[source], what_if))
+        row: dict[str, object] = {"source": source.name, "target": target.name, "edit": edit,
+                                  "kind": kind_of(source, target)}
+        for name in ESTIMATORS:
+            row[f"{name}_predicted_s"], row[f"{name}_measured_s"] = got[name], measured[target][name]
+            row[f"{name}_error"] = got[name] / measured[target][name] - 1.0
+        rows.append(row)
     return rows, skipped
 
 
@@ -88,39 +108,38 @@ def main() -> int:
     parser.add_argument("--out", default=None, help="keep the traces here (default: a temporary folder)")
     parser.add_argument("--from", dest="source", default=None, metavar="DIR",
                         help="analyse the traces an earlier run kept in DIR (--out) instead of recording")
+    parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)),
+                        help="cores the ranks shared when recorded (default: this process's, os.sched_getaffinity)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     out = Path(args.source or args.out or tempfile.mkdtemp(prefix="parplan-miniatures-"))
     began, traces = time.perf_counter(), {}
     for port, (layers, world, batch) in enumerate(itertools.product(LAYERS, WORLDS, BATCHES), start=29611):
         config = Config(layers, world, batch)
-        if args.source is not None:
-            traces[config] = Path(args.source) / config.name / "rank0.json"
-            continue
-        traces[config] = record_config(config, out / config.name, port)
-        print(f"recorded {config.name} ({time.perf_counter() - began:.0f} s)", file=sys.stderr)
-    rows, skipped = pairs(traces)
+        if args.source is None:
+            record_config(config, out / config.name, port)
+            print(f"recorded {config.name} ({time.perf_counter() - began:.0f} s)", file=sys.stderr)
+        traces[config] = [out / config.name / f"rank{r}.json" for r in range(world)]
+    rows, skipped = pairs(traces, args.cores)
     kinds = ("layers", "dp", "layers+dp")
-    by_kind = {k: [abs(float(r["error"])) for r in rows if r["kind"] == k] for k in kinds}
-    mape = {k: sum(v) / len(v) for k, v in by_kind.items() if v}
-    fast_kind = {k: [abs(float(r["fastest_ops_error"])) for r in rows if r["kind"] == k] for k in kinds}
-    mape_fast = {k: sum(v) / len(v) for k, v in fast_kind.items() if v}
+    mape = {name: {k: float(np.mean([abs(float(r[f"{name}_error"])) for r in rows if r["kind"] == k]))
+                   for k in kinds if any(r["kind"] == k for r in rows)} for name in ESTIMATORS}
+    counts = {k: sum(r["kind"] == k for r in rows) for k in kinds}
     if args.json:
-        print(json.dumps({"pairs": rows, "skipped": skipped, "mape": mape, "mape_fastest_ops": mape_fast,
-                          "traces": str(out)}, indent=1))
+        print(json.dumps({"pairs": rows, "skipped": skipped, "mape": mape, "cores": args.cores, "traces": str(out)},
+                         indent=1))
         return 0
-    print(f"{'':48} {'wall (fastest step)':^32} {'fastest ops':^32}")
-    print(f"{'source':14} {'target':14} {'edit':18} {'predicted ms':>12} {'measured ms':>11} {'error':>7} "
-          f"{'predicted ms':>12} {'measured ms':>11} {'error':>7}")
+    print(f"{'':48} " + " ".join(f"{name.replace('_', ' '):^31}" for name in ESTIMATORS))
+    print(f"{'source':14} {'target':14} {'edit':18} " + " ".join(
+        f"{'predicted':>10} {'measured':>10} {'error':>9}" for _ in ESTIMATORS))
     for r in rows:
-        print(f"{r['source']:14} {r['target']:14} {r['edit']:18} {1e3 * float(r['predicted_s']):12.2f} "
-              f"{1e3 * float(r['measured_s']):11.2f} {100 * float(r['error']):6.1f}% "
-              f"{1e3 * float(r['fastest_ops_predicted_s']):12.2f} {1e3 * float(r['fastest_ops_measured_s']):11.2f} "
-              f"{100 * float(r['fastest_ops_error']):6.1f}%")
-    print(f"\nskipped (a 1-rank trace has no collective to re-time): {len(skipped)} pairs")
-    for label, values, counts in (("wall", mape, by_kind), ("fastest ops", mape_fast, fast_kind)):
-        print(f"MAPE {label}: " + ", ".join(f"{k} edits {100 * v:.1f}% ({len(counts[k])} pairs)"
-                                            for k, v in values.items()) + " (target <= 10% on layer and DP edits)")
+        print(f"{r['source']:14} {r['target']:14} {r['edit']:18} " + " ".join(
+            f"{1e3 * float(r[f'{n}_predicted_s']):10.2f} {1e3 * float(r[f'{n}_measured_s']):10.2f} "
+            f"{100 * float(r[f'{n}_error']):8.1f}%" for n in ESTIMATORS))
+    print(f"\nskipped (a 1-rank trace has no collective to re-time): {len(skipped)} pairs; {args.cores} cores")
+    for name in ESTIMATORS:
+        print(f"MAPE {name}: " + ", ".join(f"{k} edits {100 * v:.1f}% ({counts[k]} pairs)" for k, v in mape[name].items())
+              + " (target <= 10% on layer and DP edits)")
     print(f"traces in {out}")
     return 0
 

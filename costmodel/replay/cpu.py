@@ -42,13 +42,19 @@ def cpu_family(name: str) -> str:
     return "elementwise"
 
 
-def operand_elements(args: dict[str, object]) -> int:
-    """Elements of the largest tensor operand in ``Input Dims`` (0 without shapes)."""
-    dims = args.get("Input Dims")
-    if not isinstance(dims, list):
+def _elements(dims: object) -> int:
+    """Elements of one operand's dims: a tensor's ``[d0, d1, ...]``, or a tensor list's ``[[...], [...]]`` summed."""
+    if not isinstance(dims, list) or not dims:
         return 0
-    sizes = [math.prod(d) for d in dims if isinstance(d, list) and d and all(isinstance(x, int) for x in d)]
-    return max(sizes, default=0)
+    if all(isinstance(x, int) for x in dims):
+        return math.prod(dims)
+    return sum(_elements(d) for d in dims if isinstance(d, list))
+
+
+def operand_elements(args: dict[str, object]) -> int:
+    """Elements of the largest operand in ``Input Dims`` (a tensor list counts all its tensors; 0 without shapes)."""
+    dims = args.get("Input Dims")
+    return max((_elements(d) for d in dims), default=0) if isinstance(dims, list) else 0
 
 
 def add_cpu_work(graph: Graph, trace: RawTrace) -> None:

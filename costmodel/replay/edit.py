@@ -22,6 +22,7 @@ import numpy as np
 
 from costmodel.comm.formulas import bus_factor
 from costmodel.replay.graph import Graph
+from costmodel.replay.host import change_cpu_ranks, scale_gradient_bucket
 from costmodel.replay.parse import RawTrace
 from costmodel.specs.errors import SpecError
 
@@ -59,10 +60,16 @@ def collective_op(kernel: str) -> str | None:
     return next((op for needle, op in _NCCL_OPS if needle in flat), None)
 
 
-def change_group_size(graph: Graph, factor: float, group: int | None = None) -> Graph:
+def change_group_size(graph: Graph, factor: float, group: int | None = None, cores: int | None = None) -> Graph:
     """Collectives of ``group`` ranks (default: the world, the data-parallel group of a pure-DP job) on
-    ``factor`` times as many ranks; time scales with the bus factor ``busbw / algbw`` of the op."""
+    ``factor`` times as many ranks; time scales with the bus factor ``busbw / algbw`` of the op.
+
+    A CPU-only trace (ranks are processes on one host's ``cores``) goes to
+    :func:`costmodel.replay.host.change_cpu_ranks`: its work also shares the cores anew.
+    """
     out = _copy(graph)
+    if group is None and out.nodes and not any(n.kind == "gpu" for n in out.nodes):
+        return change_cpu_ranks(out, factor, cores)
     for node in out.nodes:
         if node.collective is None or (group is not None and node.collective[0] != group):
             continue
@@ -131,8 +138,9 @@ def fastest_steps(graph: Graph) -> Graph:
     return out
 
 
-def _longest_repeat(names: np.ndarray, min_period: int = 4) -> tuple[int, int, int] | None:
-    """(start, period, repeats) of the longest run of a repeated block in ``names``, or None."""
+def _longest_repeat(names: np.ndarray, min_period: int = 4, repeats: int | None = None) -> tuple[int, int, int] | None:
+    """(start, period, repeats) of the longest run of a repeated block in ``names`` (with exactly ``repeats``
+    repeats if given), or None."""
     best: tuple[int, int, int] | None = None
     best_cover = 0
     for period in range(min_period, len(names) // 2 + 1):
@@ -141,18 +149,27 @@ def _longest_repeat(names: np.ndarray, min_period: int = 4) -> tuple[int, int, i
         if edges.size == 0:
             continue
         runs = edges[1::2] - edges[::2]
-        at = int(np.argmax(runs))
-        cover = int(runs[at]) + period
-        if runs[at] >= period and cover > best_cover:
-            best, best_cover = (int(edges[::2][at]), period, cover // period), cover
+        count = (runs + period) // period
+        usable = (runs >= period) & ((count == repeats) if repeats is not None else True)
+        if not usable.any():
+            continue
+        at = int(np.flatnonzero(usable)[np.argmax(runs[usable])])
+        cover = int(count[at]) * period
+        if cover > best_cover:
+            best, best_cover = (int(edges[::2][at]), period, int(count[at])), cover
     return best
+
+
+_MAX_BLOCKS: Final = 8  # forward, backward, per-layer loops: a transformer step has a handful
 
 
 def layer_blocks(graph: Graph, step_index: int) -> list[list[list[int]]]:
     """The repeated layer blocks of one iteration on its busiest stream: per block, each repeat's kernels.
 
-    The longest repeated kernel sequence is the forward (or backward) layer; a second one with as
-    many repeats, elsewhere in the iteration, is the other direction.
+    The longest repeated kernel sequence is the forward (or backward) layer; the other sequences with
+    as many repeats, elsewhere in the iteration, are the other direction and any per-layer loop (the
+    copies of each layer's gradients out of a flat all-reduce bucket); a loop that repeats once per
+    tensor has other counts and is not a layer.
     """
     step, nodes = graph.steps[step_index], graph.nodes
     lo, hi = nodes[step.begin].start, nodes[step.end].start
@@ -172,10 +189,12 @@ def layer_blocks(graph: Graph, step_index: int) -> list[list[list[int]]]:
     start, period, repeats = found
     blocks = [[kernels[start + r * period:start + (r + 1) * period] for r in range(repeats)]]
     masked = names.copy()
-    masked[start:start + period * repeats] = -1 - np.arange(period * repeats)  # never equal to anything
-    second = _longest_repeat(masked)
-    if second is not None and second[2] == repeats:
-        start, period, _ = second
+    for _ in range(_MAX_BLOCKS - 1):
+        masked[start:start + period * repeats] = -1 - start - np.arange(period * repeats)  # equal to nothing
+        other = _longest_repeat(masked, repeats=repeats)  # not, say, a per-tensor loop with other counts
+        if other is None:
+            break
+        start, period, _ = other
         blocks.append([kernels[start + r * period:start + (r + 1) * period] for r in range(repeats)])
     return blocks
 
@@ -201,6 +220,7 @@ def change_layers(graph: Graph, delta: int) -> Graph:
         blocks = layer_blocks(graph, step_index)
         if blocks:
             _scale_per_parameter(out, step_index, (len(blocks[0]) + delta) / len(blocks[0]))
+            scale_gradient_bucket(out, step_index, (len(blocks[0]) + delta) / len(blocks[0]))
         for repeats in blocks:
             if -delta >= len(repeats):
                 raise SpecError("what-if layers", delta, f"more than -{len(repeats)} (the trace has "
@@ -263,14 +283,14 @@ def _remove(graph: Graph, span: set[int]) -> None:
 
 def parse_what_if(text: str) -> list[tuple[str, str]]:
     """``'gemm=0.5,network=2,layers=+8,dp=2x,sync=none'`` -> ordered ``(key, value)`` pairs, checked."""
-    allowed = ", ".join(FAMILIES) + ", network, layers, dp, sync, gpu"
+    allowed = ", ".join(FAMILIES) + ", network, layers, dp, cores, sync, gpu"
     pairs = []
     for item in text.split(","):
         key, sep, value = item.strip().partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not value:
             raise SpecError("what-if", item, f"KEY=VALUE items, KEY one of {allowed}")
-        if key not in FAMILIES and key not in ("network", "layers", "dp", "sync", "gpu"):
+        if key not in FAMILIES and key not in ("network", "layers", "dp", "cores", "sync", "gpu"):
             raise SpecError("what-if", key, f"one of {allowed}")
         pairs.append((key, value))
     for key, value in pairs:
@@ -290,6 +310,10 @@ def _value(key: str, value: str) -> float | int | str:
         if value not in ("none", "stream", "host"):
             raise SpecError("what-if sync", value, "none (drop all), stream or host")
         return value
+    if key == "cores":
+        if not re.fullmatch(r"\d{1,5}", value) or not 1 <= int(value) <= 65536:
+            raise SpecError("what-if cores", value, "the host's core count, an integer 1..65536")
+        return int(value)
     if key == "layers":
         if not re.fullmatch(r"[+-]\d{1,4}", value) or int(value) == 0:
             raise SpecError("what-if layers", value, "a signed non-zero count such as +8 or -2")
@@ -310,7 +334,9 @@ def apply_what_if(graph: Graph, pairs: list[tuple[str, str]], traces: list[RawTr
     """Apply parsed ``pairs`` in order. ``dp=2x`` doubles the data-parallel degree; ``network=2`` doubles link
     bandwidth; ``gemm=0.5`` halves GEMM time; ``layers=+8`` adds 8 layers; ``sync=none`` drops waits;
     ``gpu=h100-sxm5-80gb`` times the recognised operators of ``traces`` as parplan does on that GPU (with
-    ``profile_dir``'s profile if given)."""
+    ``profile_dir``'s profile if given); ``cores=2``: the host's cores that a CPU trace's ranks share
+    (recording and target alike), which the ``dp`` edit of a CPU-only trace needs for time slicing."""
+    cores = next((int(_value(k, v)) for k, v in pairs if k == "cores"), None)
     for key, raw in pairs:
         value = _value(key, raw)
         if key == "gpu":
@@ -326,9 +352,11 @@ def apply_what_if(graph: Graph, pairs: list[tuple[str, str]], traces: list[RawTr
         elif key == "network":
             graph = scale_network(graph, float(value))
         elif key == "dp":
-            graph = change_group_size(graph, float(value))
+            graph = change_group_size(graph, float(value), cores=cores)
         elif key == "layers":
             graph = change_layers(graph, int(value))
+        elif key == "cores":
+            continue  # a fact of the host, read above
         else:
             graph = remove_syncs(graph, "all" if value == "none" else str(value))
     return graph
