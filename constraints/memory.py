@@ -59,7 +59,7 @@ Other (peak-time buffers): fp32 + 16-bit logits on the last stage (6 bytes x b x
     MoE dispatch/combine tokens and DeepEP's fixed buffers (``constraints.moe_buffers``, sized by the
     capacity factor or the drop-less load imbalance), Transformer Engine's TP-overlap userbuffers
     (``constraints.workspace``), one layer's working set during full-recompute backward.
-A runtime reserve (CUDA context, NCCL buffers, fragmentation) is not part of the
+A runtime reserve (capacity CUDA hides, CUDA context, NCCL buffers) is not part of the
 peak: it is taken from the capacity instead (``ClusterSpec.usable_memory_bytes``).
 
 Korthikanti et al. 2022 Figure 1 ("parameters + optimizer" and "activations" of the

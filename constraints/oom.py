@@ -1,7 +1,7 @@
 """Probability that a run's peak memory exceeds what the allocator can give it.
 
 The memory model predicts a peak ``P``; the GPU can give ``U`` (capacity less the runtime
-reserve and fragmentation share, ``ClusterSpec.usable_memory_bytes``). Both are uncertain:
+reserve, ``ClusterSpec.usable_memory_bytes``). Both are uncertain:
 the true peak is taken as ``P * exp(e)`` with ``e ~ N(0, sigma_model^2)`` (log-normal model
 error) and the usable memory as ``U * exp(r)`` with ``r ~ N(0, sigma_reserve^2)``, so that
 
@@ -18,12 +18,12 @@ import math
 # figure it is compared with (benchmarks/memory.py prints them; studies/validation/memory.yaml
 # holds the figures). Korthikanti et al. 2022 Figure 1's eight activation and four state
 # figures are matched to < 0.1%, but those bars are the paper's own formula, not a profiler
-# reading; no measured allocator peak with a complete config was found. Until one is, the
-# model error is bounded by the fragmentation share itself: the 5% of capacity gpu.py reserves
-# is a judgement call (costmodel/specs/gpu.py), so its full size is taken as one sigma.
+# reading; no measured allocator peak with a complete config was found. Until one is, one sigma
+# is 5%: the allocator's fragmentation, which gpu.py no longer takes off the capacity (no
+# magnitude is published), is an unknown share of that size beside the counted peak.
 MEMORY_MODEL_LOG_SIGMA = 0.05
-# Reserve error: CUDA context 0.5-0.9 GiB and NCCL 1-2 GiB (ml-engineering "performance"
-# chapter, gpu.py): the 2 GiB default is uncertain by about 1 GiB, 1.2-1.4% of an 80 GiB part.
+# Reserve error: hidden capacity 0.6-0.85 GiB, CUDA context 0.47-0.92 GiB and NCCL 1-2 GiB
+# (costmodel/specs/gpu.py): the 2.6 GiB default is uncertain by about 1 GiB, 1.2-1.4% of an 80 GiB part.
 RESERVE_LOG_SIGMA = 0.0125
 SIGMA = math.hypot(MEMORY_MODEL_LOG_SIGMA, RESERVE_LOG_SIGMA)
 """Combined log-normal sigma of (true peak / usable memory)."""

@@ -179,14 +179,27 @@ def override_gpu(gpu: GPUSpec, overrides: dict[str, Any], section: str = "cluste
     return replace(gpu, sources=tuple(sources.items()), **changes)
 
 
-# Runtime reserve (not usable for model state): CUDA context 0.5-0.9 GiB with torch >= 1.13 and
-# NCCL initialisation ~1-2 GiB (source: ml-engineering "performance" chapter, as collected in
-# docs/hardware_and_formulas.md section 5c), plus an allocator-fragmentation share.
-# The fragmentation share is a judgement call (no measured figure is published); 5% of capacity
-# leaves ~131 GiB usable on an H200, close to the "~130 GiB usable" of 140.4 reported for a
-# DeepSpeed ZeRO-3 run (ml-engineering, same section).
-DEFAULT_MEMORY_RESERVE_GIB = 2.0
-DEFAULT_FRAGMENTATION_FRACTION = 0.05
+# Runtime reserve: HBM of the catalog's (nvidia-smi) capacity that a training process cannot give to
+# tensors, in three measured parts (docs/hardware_and_formulas.md section 5c):
+#  - capacity CUDA does not expose (nvidia-smi total less torch's total): H200 140.4 vs 139.80 GiB
+#    (ml-engineering @744d01e debug/pytorch.md "Discovering how many GBs is allocatable"), A100 80GB
+#    80.0 vs 79.15-79.21 GiB ([MLE-PERF], gpus.yaml): 0.6 GiB taken;
+RESERVE_HIDDEN_GIB = 0.6
+#  - CUDA context and kernels with lazy loading, 0.47 GiB (torch 2.1.1, A100, [MLE-PERF]);
+RESERVE_CUDA_CONTEXT_GIB = 0.5
+#  - NCCL initialisation, +1.5 GiB after the first barrier with 2 ranks ([MLE-PERF]: "~1-2 GiB").
+RESERVE_NCCL_GIB = 1.5
+# Workspaces parplan sizes itself (Transformer Engine userbuffers, DeepEP's buffers) are part of the
+# peak (constraints.workspace, constraints.moe_buffers), not of this reserve: none is counted twice.
+DEFAULT_MEMORY_RESERVE_GIB = RESERVE_HIDDEN_GIB + RESERVE_CUDA_CONTEXT_GIB + RESERVE_NCCL_GIB
+# No allocator-fragmentation share is taken off by default: no magnitude is published (section 5c:
+# UNVERIFIED), and a framework that preallocates its gradient / parameter buffers and repeats the same
+# shapes every micro-batch leaves the caching allocator little to fragment (ml-engineering
+# training/fault-tolerance: pre-allocating tensors and reusing them "preventing the issue of fragmentation
+# altogether"). The former 5% guess was wrong for published runs that ran (constraints/README.md, issue 14).
+# Its uncertainty is constraints/oom.py's sigma and the search's --memory-margin; a run spec sets
+# cluster.fragmentation_fraction where its stack is known to fragment.
+DEFAULT_FRAGMENTATION_FRACTION = 0.0
 CLUSTER_KEYS = frozenset({"gpu", "num_gpus", "gpus_per_node", "memory_reserve_GiB",
                           "fragmentation_fraction", *GPU_FIELDS, "peak_tflops", "num_sms",
                           "nvlink_domain_size", DOMAIN_USED_KEY})
