@@ -86,8 +86,9 @@ NVLS_MAX_HEADS: Final = 32
 # net->net.latency`` (src/graph/search.cc) [NCCL-TUNING]. The catalog's per-hop latencies are InfiniBand's,
 # whose transport reports 0 ("props->latency = 0; // Not set", src/transport/net_ib/init.cc); AWS's EFA
 # plugin reports a figure per instance type (github.com/aws/aws-ofi-nccl src/platform-aws.cpp at commit
-# 2daf7d30, 2026-08: ``.latency`` 35.0 for "p5en/p6-b200", 75.0 for p4d / p4de / p5 / p5e, 75.0 also the
-# default for an instance type it does not list, "empirical testing on P5").
+# 2daf7d30, 2026-08: ``.latency`` 35.0 for "p5en/p6-b200", set in 2496e7de 2025-05-23 "based on empirical
+# search"; 75.0 for p4d / p4de / p5 / p5e, and the default for an instance type it does not list,
+# "empirical testing on P5"). It is what NCCL's tuner is told, tuned by AWS, not a measured wire latency.
 NET_PLUGIN_LATENCY_US: Final = {"ib": 0.0, "aws-efa-p5en-p6-b200": 35.0, "aws-efa-p4d-p5": 75.0}
 
 # getNetOverhead (us): a multi-node ring step costs at least this, 3x with Simple [NCCL-TUNING].
