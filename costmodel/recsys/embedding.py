@@ -12,6 +12,7 @@ GEMM and memory-bound predictors do (``costmodel.predictors``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
@@ -22,7 +23,7 @@ from sklearn.linear_model import LinearRegression
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from costmodel.predictors._base import OperatorPredictor
-from costmodel.recsys.access import CacheStream, cache_misses, expected_unique_rows, row_classes
+from costmodel.recsys.access import CacheStream, RowClasses, cache_misses, expected_unique_rows, row_classes
 from costmodel.specs.recsys import UNIFORM, AccessDistribution
 
 INDEX_BYTES: Final = 8  # int64 ids (TorchRec KeyedJaggedTensor default)
@@ -40,21 +41,34 @@ L2_CACHE_BYTES: Final[dict[str, float]] = {
 """Last-level cache in front of HBM per catalog GPU; a GPU not listed is modelled without one (every
 lookup of a row not yet touched in the batch reads HBM), which over-estimates lookups of hot tables."""
 
-COLUMNS: Final = ("bags", "lookups", "dim", "row_bytes", "unique_rows", "near_misses", "far_misses", "tlb_misses")
+COLUMNS: Final = ("bags", "lookups", "dim", "row_bytes", "unique_rows", "near_misses", "far_misses", "tlb_misses",
+                   "walk_misses", "output_misses")
 """Predictor columns: ``near_misses`` miss the near cache (CPU: a core's L2; GPU: L2), ``far_misses`` the last
-level before main memory (CPU: L3; GPU: L2 again), ``tlb_misses`` the address-translation cache; all
-lookups per call."""
+level before main memory (CPU: L3; GPU: L2 again), ``tlb_misses`` the address-translation cache,
+``walk_misses`` the TLB misses whose page-table line also misses the near cache, ``output_misses`` the
+pooled-output lines the near cache evicted since the last batch wrote them; all per call."""
+
+PTE_LINE_SPAN_BYTES: Final = 8 * 4096
+"""Table bytes one 64-B line of page-table entries maps: 8 eight-byte PTEs of 4-KiB pages (Intel 64 and IA-32
+Architectures Software Developer's Manual, Vol. 3A, Sec. 4.5, 4-level paging)."""
 
 
 @dataclass(frozen=True)
 class CacheLevels:
     """Capacities (bytes) of the near cache, of the last-level cache in front of main memory, and the reach
-    of the TLB (entries x ``page_bytes``; 0: not modelled, every lookup counted as a miss)."""
+    of the TLB (entries x ``page_bytes``; 0: not modelled, every lookup counted as a miss).
+
+    ``walk_span_bytes``: table bytes one cache line of page-table entries maps (0: page walks not
+    modelled; the default is x86-64's with 4-KiB pages); ``line_bytes``: the cache line the pooled output
+    is written in.
+    """
 
     near_bytes: float
     far_bytes: float
     tlb_reach_bytes: float = 0.0
     page_bytes: float = 4096.0
+    walk_span_bytes: float = PTE_LINE_SPAN_BYTES
+    line_bytes: float = CPU_LINE_BYTES
 
 
 @dataclass(frozen=True)
@@ -76,30 +90,49 @@ class LookupShard:
     row_share: float = 1.0
 
 
+def _granular(stream: CacheStream, share: float, span: float, table_bytes: float, entry: float) -> CacheStream:
+    """The stream seen at ``span``-byte granularity (TLB pages, page-table lines), each granule one
+    ``entry`` weighing ``share`` of it (a row-wise shard's rows weigh ``row_share`` of their bytes)."""
+    return CacheStream(stream.classes, stream.lookups, entry * share, max(1.0, table_bytes / span))
+
+
 def lookup_columns(shards: Sequence[LookupShard], caches: CacheLevels, aware: bool = True) -> np.ndarray:
     """The predictor's ``COLUMNS`` for shards that share one cache (one rank), one row per shard.
 
-    ``aware=False`` takes every distribution as uniform (the distribution-blind baseline).
+    The near and the far cache hold the rows, the page-table lines of their TLB misses and the pooled
+    outputs (each output line written once per call) of every shard, all competing under Che's
+    approximation (``costmodel.recsys.access``). ``aware=False`` takes every distribution as uniform (the
+    distribution-blind baseline).
     """
-    out = np.zeros((len(shards), len(COLUMNS)))
-    streams = []
+    n = len(shards)
+    out = np.zeros((n, len(COLUMNS)))
+    rows_streams, table_bytes = [], []
     for i, s in enumerate(shards):
         access = s.access if aware else UNIFORM
         # a row-wise shard of row_share of the rows sees row_share of the lookups, same shape (hashed ids)
         full_rows = max(1, round(s.rows / s.row_share))
         classes = row_classes(access, full_rows, s.lookups_per_batch)
         unique = s.row_share * expected_unique_rows(access, full_rows, s.lookups / s.row_share, s.lookups_per_batch)
-        streams.append(CacheStream(classes, s.lookups / s.row_share, s.row_bytes * s.row_share))
+        rows_streams.append(CacheStream(classes, s.lookups / s.row_share, s.row_bytes * s.row_share))
+        table_bytes.append(s.row_bytes * full_rows)
         out[i, :5] = (s.bags, s.lookups, s.dim, s.row_bytes, max(unique, 1.0))
+    share = np.array([s.row_share for s in shards])
+    pages = [_granular(st, s.row_share, caches.page_bytes, b, caches.page_bytes)
+             for st, s, b in zip(rows_streams, shards, table_bytes)]
+    tlb = np.array(cache_misses(pages, caches.tlb_reach_bytes))  # of the whole table's stream
+    out[:, 7] = np.maximum(share * tlb, 1.0)
+    line = caches.line_bytes
+    outputs = [CacheStream(RowClasses(np.array([lines]), np.array([1.0 / lines])), lines, line)
+               for lines in (max(1.0, s.bags * s.dim * OUTPUT_BYTES / line) for s in shards)]
+    # each TLB miss reads one page-table line: a stream over the table's PTE lines, at the TLB-miss rate
+    walks = [dataclasses.replace(_granular(st, s.row_share, caches.walk_span_bytes, b, line), lookups=m)
+             for st, s, b, m in zip(rows_streams, shards, table_bytes, tlb)] if caches.walk_span_bytes else []
     for column, size in ((5, caches.near_bytes), (6, caches.far_bytes)):
-        for i, (missed, s) in enumerate(zip(cache_misses(streams, size), shards)):
-            out[i, column] = max(s.row_share * missed, 1.0)
-    # the full table's pages, each weighing row_share of a TLB entry (as rows weigh row_share of their bytes)
-    pages = [CacheStream(st.classes, st.lookups, caches.page_bytes * s.row_share,
-                         max(1.0, s.row_bytes * float(np.sum(st.classes.counts)) / caches.page_bytes))
-             for st, s in zip(streams, shards)]
-    for i, (missed, s) in enumerate(zip(cache_misses(pages, caches.tlb_reach_bytes), shards)):
-        out[i, 7] = max(s.row_share * missed, 1.0)
+        missed = np.array(cache_misses(rows_streams + outputs + walks, size))
+        out[:, column] = np.maximum(share * missed[:n], 1.0)
+        if column == 5:
+            out[:, 9] = np.maximum(missed[n:2 * n], 1.0)
+            out[:, 8] = np.maximum(share * missed[2 * n:], 1.0) if walks else out[:, 7]
     return out
 
 
@@ -110,7 +143,7 @@ def sector_bytes(row_bytes: np.ndarray, sector: float) -> np.ndarray:
 
 def forward_bytes(columns: np.ndarray, sector: float) -> np.ndarray:
     """HBM bytes of a lookup's forward: missed rows (whole sectors), ids, offsets, pooled output."""
-    bags, lookups, dim, row_bytes, _, _, missed, _ = columns.T
+    bags, lookups, dim, row_bytes, missed = columns[:, [0, 1, 2, 3, 6]].T
     return missed * sector_bytes(row_bytes, sector) + lookups * INDEX_BYTES + bags * (OFFSET_BYTES
                                                                                       + dim * OUTPUT_BYTES)
 
@@ -122,7 +155,7 @@ def backward_bytes(columns: np.ndarray, sector: float, state_bytes_per_row: np.n
     12 B per lookup, twice); read and write each unique row and its optimizer state once (the
     gradient of a row is accumulated in registers before the row-wise update).
     """
-    bags, lookups, dim, row_bytes, unique, _, _, _ = columns.T
+    bags, lookups, dim, row_bytes, unique = columns[:, :5].T
     return (bags * dim * OUTPUT_BYTES + lookups * INDEX_BYTES + 4 * lookups * 12
             + 2 * unique * (sector_bytes(row_bytes, sector) + state_bytes_per_row))
 
@@ -136,19 +169,15 @@ def optimizer_state_bytes_per_row(optimizer: str, dim: int) -> float:
 def lookup_counts(columns: np.ndarray, sector: float) -> np.ndarray:
     """The work counts a lookup's time is a non-negative sum of, one column each (per call).
 
-    Bags and lookups (per-bag and per-id overheads), element adds, pooled output elements, unique rows;
-    per cache level the missed rows and their sectors; for each level and the TLB the misses weighted by
-    how sparse they are among the lookups (``m (1 - m / lookups)``): a lone miss cannot overlap others as
-    the misses of a uniform stream do, so it costs more of its latency.
+    Per bag and per pooled-output element (the bag's overhead and its output write); per lookup and per
+    line it reads (a near-cache hit); per near-cache miss and its lines (served by the far cache); per
+    far-cache miss and its lines (main memory: a latency per row, a bandwidth per line); per TLB miss,
+    per page walk whose page-table line misses the near cache, and per output line written back.
     """
-    bags, lookups, dim, row_bytes, unique, near, far, tlb = columns.T
-    sectors = np.ceil(row_bytes / sector)
-
-    def sparse(misses: np.ndarray) -> np.ndarray:
-        return misses * np.clip(1.0 - misses / lookups, 0.0, 1.0)
-
-    return np.column_stack([bags, lookups, lookups * dim, bags * dim, unique, unique * sectors, near,
-                            near * sectors, far, far * sectors, tlb, sparse(near), sparse(far), sparse(tlb)])
+    bags, lookups, dim, row_bytes, _, near, far, tlb, walk, output = columns.T
+    lines = np.ceil(row_bytes / sector)
+    return np.column_stack([bags, bags * dim, lookups, lookups * lines, near, near * lines, far, far * lines,
+                            tlb, walk, output])
 
 
 class EmbeddingBagPredictor(OperatorPredictor):
@@ -226,7 +255,7 @@ def efficiency(model: Any, columns: np.ndarray, bandwidth: float, sector: float)
 def gpu_caches(gpu_name: str) -> CacheLevels:
     """The catalog GPU's L2 as both levels (0 when unknown: no cache modelled)."""
     size = L2_CACHE_BYTES.get(gpu_name, 0.0)
-    return CacheLevels(size, size)
+    return CacheLevels(size, size, walk_span_bytes=0.0)
 
 
 __all__ = ["COLUMNS", "EmbeddingBagPredictor", "LookupShard", "RooflineLookups", "backward_bytes",

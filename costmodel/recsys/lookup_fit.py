@@ -44,11 +44,32 @@ def columns(points: Sequence[TimedLookup], caches: CacheLevels, aware: bool) -> 
     return np.array(rows)
 
 
-def sample_indices(count: int, fraction: float, seed: int) -> np.ndarray:
-    """A seeded random ``fraction`` of ``range(count)`` (at least 8 points)."""
+def stratified_indices(points: Sequence[TimedLookup], fraction: float, seed: int) -> np.ndarray:
+    """A seeded sample of ``floor(fraction * len(points))`` points (at least 8), stratified by distribution and
+    table rows.
+
+    Each (distribution, rows) stratum gets its share of the sample (largest remainders, ties broken at
+    random), taken systematically from a random start over its cells ordered by (dim, pooling), so that
+    every stratum and the dims and poolings within it are covered as evenly as the sample size allows.
+    """
     rng = np.random.default_rng(seed)
-    take = max(8, int(fraction * count))
-    return np.sort(rng.permutation(count)[:take])
+    strata: dict[tuple, list[int]] = {}
+    for index, p in enumerate(points):
+        strata.setdefault((p.access, p.rows), []).append(index)
+    keys = sorted(strata, key=lambda k: (str(k[0]), k[1]))
+    total = min(len(points), max(8, int(fraction * len(points))))
+    quota = np.array([fraction * len(strata[k]) for k in keys]) * total / max(fraction * len(points), 1e-12)
+    take = np.floor(quota).astype(int)
+    order = np.lexsort((rng.random(len(keys)), -(quota - take)))  # largest remainder first, random ties
+    take[order[:total - take.sum()]] += 1
+    chosen: list[int] = []
+    for key, count in zip(keys, np.minimum(take, [len(strata[k]) for k in keys])):
+        cells = sorted(strata[key], key=lambda i: (points[i].dim, points[i].pooling))
+        if count:
+            step = len(cells) / count
+            start = rng.random() * step
+            chosen += [cells[int(start + j * step)] for j in range(count)]
+    return np.sort(np.array(chosen, dtype=int))
 
 
 def mape(predicted: np.ndarray, measured: np.ndarray) -> float:
@@ -71,9 +92,10 @@ class HeldOut:
 def held_out_errors(points: Sequence[TimedLookup], caches: CacheLevels, fraction: float = 0.1,
                     seed: int = 0, bandwidth: float = CPU_NOMINAL_BANDWIDTH,
                     sector: float = CPU_LINE_BYTES) -> HeldOut:
-    """Fit both models on a ``fraction`` sample of ``points`` and score each on the others."""
+    """Fit both models on a stratified ``fraction`` sample of ``points`` (:func:`stratified_indices`) and score
+    each on the others."""
     seconds = np.array([p.seconds for p in points])
-    train = sample_indices(len(points), fraction, seed)
+    train = stratified_indices(points, fraction, seed)
     test = np.setdiff1d(np.arange(len(points)), train)
     models = {}
     errors = {}

@@ -36,8 +36,11 @@ from costmodel.specs.gpu import ClusterSpec
 from costmodel.specs.recsys import DLRMSpec, EmbeddingTable
 from costmodel.timing import OperatorTimer
 
-NOTE_ROOFLINE = ("embedding lookups: memory traffic at the HBM bandwidth roofline (no fitted lookup profile; "
-                 "`parplan profile run --ops embedding_bag` measures one)")
+NOTE_NO_L2 = ("embedding lookups: no L2 size known for {gpu} (costmodel.recsys.embedding.L2_CACHE_BYTES), so no "
+              "cache is modelled: every row a batch touches is read from HBM")
+NOTE_ROOFLINE = ("embedding lookups: no measured lookup table for {gpu}, so the roofline fall-back: the traffic "
+                 "the access distribution implies past the {l2:.0f} MiB L2, at the catalog HBM bandwidth "
+                 "({bandwidth:.0f} GB/s; `parplan profile run --ops embedding_bag` measures a table)")
 
 
 @dataclass(frozen=True)
@@ -148,9 +151,14 @@ def plan_step_seconds(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, 
         raise SpecError("recsys.batch_size", spec.batch_size, f"a multiple of the {world} ranks")
     plan.check_covers(spec, cluster.gpus_per_node)
     notes: list[str] = []
+    if caches is None:
+        caches = gpu_caches(cluster.gpu.name)
+        if not caches.near_bytes:
+            notes.append(NOTE_NO_L2.format(gpu=cluster.gpu.name))
     if lookup_model is None:
         lookup_model = _roofline(cluster.gpu.hbm_bandwidth_bytes_per_s)
-        notes.append(NOTE_ROOFLINE)
+        notes.append(NOTE_ROOFLINE.format(gpu=cluster.gpu.name, l2=caches.near_bytes / 2**20,
+                                          bandwidth=cluster.gpu.hbm_bandwidth_bytes_per_s / 1e9))
     bandwidth = float(getattr(lookup_model, "hbm_bandwidth_bytes_per_s", cluster.gpu.hbm_bandwidth_bytes_per_s))
     sector = float(getattr(lookup_model, "sector", GPU_SECTOR_BYTES))
     per_rank: list[list[tuple[LookupShard, float, float]]] = [[] for _ in range(world)]
@@ -162,7 +170,6 @@ def plan_step_seconds(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, 
             if sharding.sharding_type == "data_parallel":  # zero + write the dense grad, step every row
                 dense_grad = shard.rows * (2 * table.dim * 4 + 2 * (shard.row_bytes + state))
             per_rank[rank].append((shard, state, dense_grad))
-    caches = caches or gpu_caches(cluster.gpu.name)
     lookups = []
     for entries in per_rank:
         if not entries:

@@ -7,6 +7,7 @@ import pytest
 from sklearn.exceptions import NotFittedError
 
 from costmodel.recsys.embedding import (
+    COLUMNS,
     CacheLevels,
     EmbeddingBagPredictor,
     LookupShard,
@@ -52,7 +53,7 @@ def test_row_reads_round_up_to_whole_sectors():
 def test_predictor_recovers_known_unit_costs():
     X = _random_columns(60)
     costs = np.zeros(lookup_counts(X, 64).shape[1])
-    costs[[0, 1, 8, 9]] = (10e-9, 1e-9, 20e-9, 2e-9)  # per bag, per lookup, per far miss, per far sector
+    costs[[0, 2, 6, 7]] = (10e-9, 1e-9, 20e-9, 2e-9)  # per bag, per lookup, per far miss, per far-miss line
     y = lookup_counts(X, 64) @ costs
     model = EmbeddingBagPredictor(sector=64).fit(X, y)
     assert np.allclose(model.predict(_random_columns(20, seed=1)),
@@ -62,3 +63,31 @@ def test_predictor_recovers_known_unit_costs():
 def test_predict_before_fit_raises():
     with pytest.raises(NotFittedError):
         EmbeddingBagPredictor().predict(_random_columns(2))
+
+
+def _column(name: str, shard: LookupShard, caches: CacheLevels = CACHES) -> float:
+    return float(lookup_columns([shard], caches)[0, COLUMNS.index(name)])
+
+
+def test_page_walks_miss_the_near_cache_only_on_tables_whose_page_tables_outgrow_it():
+    # 10^4 x 64 fp32 = 2.6 MB: 80 page-table lines; 10^8 rows: 780,000 lines = 50 MB of page table > 2 MB
+    small = _shard(AccessDistribution(), rows=10**4)
+    huge = _shard(AccessDistribution(), rows=10**8)
+    assert _column("walk_misses", small) <= 1.0
+    assert _column("walk_misses", huge) > 0.5 * _column("tlb_misses", huge)
+
+
+def test_page_walks_are_not_modelled_without_a_walk_span():
+    shard = _shard(AccessDistribution(), rows=10**7)
+    caches = CacheLevels(2e6, 32e6, 8e6, walk_span_bytes=0.0)
+    assert _column("walk_misses", shard, caches) == _column("tlb_misses", shard, caches)
+
+
+def test_pooled_output_larger_than_the_near_cache_is_written_back():
+    # 1024 bags x 1024 fp32 = 4 MiB of output per call against a 2 MB near cache; 1024 x 16 = 64 KiB fits
+    wide = LookupShard(access=AccessDistribution(), rows=1000, dim=1024, row_bytes=4096.0, lookups=1024.0,
+                       bags=1024.0, lookups_per_batch=1024.0)
+    narrow = LookupShard(access=AccessDistribution(), rows=1000, dim=16, row_bytes=64.0, lookups=1024.0,
+                         bags=1024.0, lookups_per_batch=1024.0)
+    assert _column("output_misses", wide) > 0.5 * 1024 * 4096 / 64
+    assert _column("output_misses", narrow) < 0.01 * 1024 * 64 / 64

@@ -71,3 +71,20 @@ def test_mlperf_dcnv2_predicts_on_64_gpus():
     cluster = resolve_cluster({"gpu": "h100-sxm5-80gb", "num_gpus": 64})
     result = plan_step_seconds(spec, cluster, uniform_plan(spec, 64, "row_wise"))
     assert len(result.ranks) == 64 and 0 < result.step_s < 1.0
+
+
+def test_without_a_lookup_table_the_gpu_roofline_fall_back_is_said_with_its_figures():
+    notes = " ".join(plan_step_seconds(SPEC, CLUSTER, uniform_plan(SPEC, 8, "table_wise")).notes)
+    assert "no measured lookup table for h100-sxm5-80gb" in notes
+    assert "50 MiB L2" in notes and "3350 GB/s" in notes
+
+
+def test_a_gpu_without_a_known_l2_says_no_cache_is_modelled():
+    import dataclasses
+
+    from costmodel.specs.gpu import ClusterSpec
+
+    gpu = dataclasses.replace(CLUSTER.gpu, name="unlisted-gpu")
+    cluster = ClusterSpec(gpu=gpu, num_gpus=8, gpus_per_node=8)
+    notes = " ".join(plan_step_seconds(SPEC, cluster, uniform_plan(SPEC, 8, "table_wise")).notes)
+    assert "no L2 size known for unlisted-gpu" in notes
