@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, replace
 
 from costmodel.specs.layout import EMBEDDING, LOSS, MTP, layout_of, stage_layer_counts
+from costmodel.llm.flex_attention import flex_attention_ops
 from costmodel.llm.moe import expert_rows, local_tokens
 from costmodel.llm.recompute import layer_recompute_fraction, recompute_policy
 from costmodel.ops import Op, gemm, memory_op
@@ -115,35 +116,8 @@ def _dropout_residual(name: str, x: LayerShape, model: ModelSpec) -> list[Op]:
     return ops
 
 
-def _ring_attention_chunks(x: LayerShape, name: str) -> list[Op]:
-    """Causal attention of one rank of the load-balanced ``p2p`` context-parallel ring, as its kernels.
-
-    The sequence is cut into 2 x cp chunks and rank r holds chunks r and 2cp-1-r (L = s / cp tokens).
-    Transformer Engine runs one flash-attention call per ring step (context_parallel.py
-    ``AttnFuncWithCPAndKVP2P``): step 0 is causal over the rank's own L tokens; each of the cp - 1
-    other steps is non-causal with half of one side (all L queries against one received KV chunk,
-    or the second query chunk against all L keys), the work of two full (L/2 x L/2) squares. Each
-    kernel therefore runs at the efficiency of its own, smaller shape, not of the whole sequence's.
-    Together they do 1/cp of the causal work.
-    """
-    chunk = max(1, x.seq // (2 * x.cp))
-    width = x.head_dim + x.v_head_dim
-    ops: list[Op] = []
-    for seq, causal, count in ((2 * chunk, 1, 1.0), (chunk, 0, 2.0 * (x.cp - 1))):
-        fwd = 2.0 * x.batch * seq * seq * x.heads * width * (0.5 if causal else 1.0)
-        shape = (x.batch, seq, x.heads, x.kv_heads, x.head_dim, causal)
-        moved = BF16 * x.batch * seq * (x.q_width + x.o_width + x.kv_width + x.v_width)
-        suffix = "" if causal else "_ring"
-        ops += [Op(f"{name}.fwd{suffix}", "attention_fwd", "fwd", shape, fwd, moved, "bf16", count),
-                Op(f"{name}.bwd{suffix}", "attention_bwd", "bwd", shape, 2 * fwd, 2 * moved, "bf16", count)]
-    return ops
-
-
 def _attention_core(x: LayerShape, strategy: Strategy, name: str = "attention") -> list[Op]:
-    """Causal self-attention on this GPU's heads; with cp the GPU does 1/cp of the causal work
-    (the ``p2p`` ring as its per-step kernels, ``_ring_attention_chunks``)."""
-    if strategy.flash_attention and x.cp > 1 and strategy.cp_comm_type == "p2p":
-        return _ring_attention_chunks(x, name)
+    """Causal self-attention on this GPU's heads; with cp the GPU does 1/cp of the causal work."""
     if strategy.flash_attention:
         fwd = 2.0 * x.batch * x.seq * x.seq * x.heads * (x.head_dim + x.v_head_dim) * 0.5
         shape = (x.batch, x.seq, x.heads, x.kv_heads, x.head_dim, 1)
@@ -280,13 +254,15 @@ def shared_expert_ops(x: LayerShape, model: ModelSpec) -> list[Op]:
 
 
 def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool = False,
-              policy: str | None = None, rope_fused: bool = True, expert_fused: bool = True) -> list[Op]:
+              policy: str | None = None, rope_fused: bool = True, expert_fused: bool = True,
+              flex_attention: bool = False) -> list[Op]:
     """Operators of one transformer layer for one micro-batch on one GPU (fwd, bwd, recompute).
 
     ``policy`` is the run's recomputation policy (``costmodel.llm.recompute.recompute_policy``);
     None: Megatron's meaning of ``strategy.recompute``. ``rope_fused``: the framework's
     ``rope_fusion`` (one streaming kernel, ``rope_fused``; otherwise eager ops, ``rope``).
-    ``expert_fused``: the framework's ``moe_expert_fusion`` (``_moe``).
+    ``expert_fused``: the framework's ``moe_expert_fusion`` (``_moe``). ``flex_attention``: the
+    framework's ``attention_kernel`` is ``flex`` (``costmodel.llm.flex_attention``).
     """
     if policy is None:
         policy = "megatron" if strategy.recompute == "selective" else strategy.recompute
@@ -298,6 +274,8 @@ def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool =
     if model.position_embedding == "rope":
         ops += _elementwise("rope_fused" if rope_fused else "rope", _rope_elements(x, model), 1, 1, 1, 1)
     core = _attention_cores(x, model, strategy)
+    if flex_attention:
+        core = flex_attention_ops(core, model.sliding_window, model.attention_sinks, x.tokens * x.o_width)
     ops += core
     ops += _linear("out_proj", x, n=x.hidden, k=x.o_width)
     ops += _dropout_residual("attn", x, model)
@@ -411,7 +389,8 @@ def stage_ops(run: RunSpec, stage: int) -> list[Op]:
         if layers:
             ops += [_scaled(op, layers) for op in layer_ops(model, s, seq, moe=is_moe, policy=policy,
                                                              rope_fused=run.framework.rope_fusion,
-                                                             expert_fused=run.framework.moe_expert_fusion)]
+                                                             expert_fused=run.framework.moe_expert_fusion,
+                                                             flex_attention=run.framework.attention_kernel == "flex")]
     layout = layout_of(model, s)  # the embedding, MTP layers and loss where the pipeline layout puts them
     if layout.count(stage, EMBEDDING):
         ops += embedding_ops(model, s, seq)

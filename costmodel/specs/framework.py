@@ -32,6 +32,7 @@ BF16_REMAINDER = "bf16+int16-remainder"
 MASTER_WEIGHT_DTYPES = (*DTYPES, BF16_REMAINDER)
 FSDP_IMPLEMENTATIONS = ("none", "megatron-fsdp", "fsdp2", "deepspeed-zero3", "gspmd")
 DISPATCHERS = ("alltoall", "allgather", "flex", "hybridep")  # hybridep: flex with the HybridEP backend
+ATTENTION_KERNELS = ("flash", "flex")  # flex: PyTorch FlexAttention (costmodel.llm.flex_attention)
 # Megatron-Core ``--fp8-recipe`` names (TransformerConfig.fp8_recipe); "tensorwise" is per-tensor
 # current scaling. "rowwise" is torchao's float8 recipe (torchtitan), "aqt" MaxText's.
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise", "rowwise", "aqt")
@@ -122,6 +123,10 @@ class Framework:
     bias epilogue, Megatron-Core ``bias_activation_fusion``) rather than as eager per-expert
     element-wise kernels (NeMo Automodel's DeepEP experts), which stream the expert activations
     several more times through HBM."""
+    attention_kernel: str = "flash"
+    """Which kernel runs the attention core: ``flash`` (FlashAttention / Transformer Engine's fused
+    attention, what the attention tables time) or ``flex`` (PyTorch FlexAttention, slower and
+    block-sparse, ``costmodel.llm.flex_attention``)."""
     cpu_offloading_num_layers: int = 0
     """Transformer layers whose activations are offloaded to host memory between forward and
     backward (Megatron-Core ``TransformerConfig.cpu_offloading_num_layers``): trades PCIe traffic
@@ -177,6 +182,7 @@ class Framework:
                        RESHARD_AFTER_FORWARD)
         require_choice(f"{where}.fsdp_implementation", self.fsdp_implementation, FSDP_IMPLEMENTATIONS)
         require_choice(f"{where}.moe_token_dispatcher", self.moe_token_dispatcher, DISPATCHERS)
+        require_choice(f"{where}.attention_kernel", self.attention_kernel, ATTENTION_KERNELS)
         require_choice(f"{where}.fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         require_int(f"{where}.fsdp_prefetch_layers", self.fsdp_prefetch_layers, minimum=0)
         require_choice(f"{where}.selective_recompute", self.selective_recompute, SELECTIVE_RECOMPUTE)

@@ -1,0 +1,80 @@
+"""Attention run through PyTorch FlexAttention instead of a FlashAttention kernel.
+
+A framework that runs FlexAttention (``Framework.attention_kernel: flex``; NeMo Automodel's GPT-OSS
+recipes, ``backend.attn: flex``) differs from the FlashAttention the attention tables time in three
+ways, each a mechanism of its own:
+
+- **Kernel throughput.** "FlexAttention achieves 90% of FlashAttention2's performance in the forward
+  pass and 85% in the backward pass" (PyTorch blog "FlexAttention: The Flexibility of PyTorch with the
+  Performance of FlashAttention", 2024-08-07, causal attention on A100, Performance section). Against
+  the FlashAttention-3-class kernels of an H100 table the gap is likely larger; the blog's figures are
+  the sourced lower bound.
+- **Block-sparse masks.** FlexAttention skips only whole ``BLOCK_SIZE`` x ``BLOCK_SIZE`` blocks of the
+  score matrix (``create_block_mask``, default ``BLOCK_SIZE`` 128, same blog, "BlockMask" and FAQ)
+  and computes every partly masked block whole. A sliding window of ``w`` keys is a diagonal band:
+  each query block touches ``1 + ceil((w - 1) / 128)`` key blocks, 2 for GPT-OSS's ``w = 128``
+  (Automodel's mask keeps ``kv <= q and q - kv < w``, nemo_automodel/components/attention/
+  flex_attention.py @01926a5c), so it computes 256 keys a query where the window needs 128.
+- **Attention sinks.** GPT-OSS's per-head sink is applied outside the kernel: the output is rescaled
+  by ``sigmoid(lse - sink)`` and cast back (``out * scale`` in fp32, then ``.to(q.dtype)``, ibid.),
+  two streaming element-wise kernels over the output and their backward.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from costmodel.ops import Op, memory_op
+
+__all__ = ["FLEX_BACKWARD_EFFICIENCY", "FLEX_BLOCK_SIZE", "FLEX_FORWARD_EFFICIENCY", "flex_attention_ops",
+           "window_keys_computed"]
+
+FLEX_FORWARD_EFFICIENCY = 0.90  # of FlashAttention-2, PyTorch blog 2024-08-07 (module docstring)
+FLEX_BACKWARD_EFFICIENCY = 0.85  # ibid.
+FLEX_BLOCK_SIZE = 128  # torch.nn.attention.flex_attention.create_block_mask default BLOCK_SIZE
+
+# Bytes per output element of the sink rescale: forward reads the bf16 output and writes the fp32
+# product (2 + 4), the cast reads it and writes bf16 (4 + 2); backward: the cast's grad (2 + 4), the
+# product's grad to the output (4 + 2) and the rows' sum of grad x output for the sink (4 + 2).
+SINK_FORWARD_BYTES = 12
+SINK_BACKWARD_BYTES = 18
+
+
+def window_keys_computed(window: int, block: int = FLEX_BLOCK_SIZE) -> int:
+    """Keys a query's block computes under a causal sliding window of ``window`` keys (whole blocks)."""
+    return block * (1 + math.ceil((window - 1) / block))
+
+
+def _slower(op: Op, efficiency: float) -> Op:
+    # the kernel does the same FLOPs at a lower rate: time it as 1 / efficiency executions
+    return replace(op, count=op.count / efficiency)
+
+
+def flex_attention_ops(ops: list[Op], window: int | None, sinks: bool, output_elements: float) -> list[Op]:
+    """``ops`` (one layer's attention cores, FlashAttention-timed) as FlexAttention runs them.
+
+    Parameters
+    ----------
+    ops : list of Op
+        The layer's attention-core ops (``attention*`` families ``attention_fwd`` / ``attention_bwd``);
+        other ops pass through unchanged.
+    window : int or None
+        The sliding window of the ``attention_window`` ops (their block-sparse overcompute), if any.
+    sinks : bool
+        Whether the model has attention sinks (rescaled outside the kernel).
+    output_elements : float
+        Elements of the attention output on this GPU (tokens x heads x value head dim), for the sinks.
+    """
+    out = []
+    for op in ops:
+        if op.family not in ("attention_fwd", "attention_bwd"):
+            out.append(op)
+            continue
+        if window and op.name.startswith("attention_window"):
+            op = replace(op, count=op.count * window_keys_computed(window) / window)
+        out.append(_slower(op, FLEX_FORWARD_EFFICIENCY if op.family == "attention_fwd" else FLEX_BACKWARD_EFFICIENCY))
+    if sinks:
+        out += [memory_op("attention_sink_rescale.fwd", "fwd", output_elements, output_elements * SINK_FORWARD_BYTES),
+                memory_op("attention_sink_rescale.bwd", "bwd", output_elements, output_elements * SINK_BACKWARD_BYTES)]
+    return out
