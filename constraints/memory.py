@@ -209,6 +209,11 @@ def fp8_weight_copy_bytes(framework: Framework, gpu_name: str) -> float:
     (tensor/float8_tensor.py); MXFP8 holds row- and column-wise data, each with one scale
     byte per 32 elements (tensor/mxfp8_tensor.py); blockwise (1x128 / 128x128 fp32 scales)
     is counted as row- and column-wise data. Frameworks without the workspace keep none.
+    Transformer Engine 1.8 (@7d576ed2, NeMo 24.07's pin) keeps the same two bytes on Hopper: Linear's
+    ``get_fp8_workspace(cache_name="weight", with_transpose=torch.is_grad_enabled())`` (module/linear.py
+    L966-999) caches FP8 data and transpose across micro-batches whenever Megatron-Core passes
+    ``is_first_microbatch`` (unless ``disable_parameter_transpose_cache``; Megatron-Core @01945b98
+    transformer_engine.py L176-180).
     """
     if not framework.fp8_weight_cache:
         return 0.0
