@@ -9,6 +9,9 @@ stage (the rank Megatron calls most loaded): weights + gradients + optimizer, tr
 activations, and the total. Part B: both against every published per-GPU memory figure with a
 complete config found (Korthikanti et al. 2022 Figure 1, ``shared/validation/memory_figures.yaml``
 or the copy beside ``tests/constraints``; the ZeRO paper's Figure 1 model states per ZeRO stage).
+Part C: every run of ``studies/validation/public.yaml`` really ran, so each must fit: its worst-stage
+peak against what the GPU can give (``ClusterSpec.usable_memory_bytes``), the tightest rows listed;
+rows with ``unstated`` knobs take validate's nearest fitting completion, as ``parplan validate`` does.
 
 Errors are parplan / reference - 1. Targets: within 3% of Megatron on the terms both model the
 same way (each row's ``same_terms``), within 5% of a published figure. Where a term differs the row says
@@ -29,6 +32,7 @@ from typing import Any, Final
 
 import yaml
 
+from constraints import check
 from constraints.memory import stage_memory
 from costmodel.specs import run_spec_from_mapping
 from costmodel.specs.gpu import GiB
@@ -324,6 +328,45 @@ def compare_published() -> list[Published]:
     return out
 
 
+# -- Part C: runs that ran must fit ------------------------------------------------------------------
+PUBLIC_RUNS: Final = HERE.parent / "studies" / "validation" / "public.yaml"
+TIGHTEST: Final = 8
+
+
+@dataclass
+class Ran:
+    """One published run's worst-stage peak beside the usable memory of its GPU."""
+
+    run_id: str
+    gpu: str
+    peak_gib: float
+    usable_gib: float
+    oom_probability: float
+    completed: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def headroom_gib(self) -> float:
+        return self.usable_gib - self.peak_gib
+
+
+def compare_ran(path: Path = PUBLIC_RUNS) -> list[Ran]:
+    """Every public run's verdict (as stated, or validate's nearest fitting completion of its unstated knobs)."""
+    from studies.validate import _with_row_framework, load_validation_set, nearest_fitting_completion
+
+    out = []
+    for entry in load_validation_set(path):
+        run = run_spec_from_mapping(_with_row_framework(entry), path.parent)
+        verdict, changes = check(run), {}
+        if not verdict.fits and entry.get("unstated"):
+            found = nearest_fitting_completion(run, entry["unstated"])
+            if found is not None:
+                run, changes = found
+                verdict = check(run)
+        out.append(Ran(entry["id"], run.cluster.gpu.name, verdict.peak_memory_gib, verdict.usable_bytes / GiB,
+                       verdict.oom_probability, changes))
+    return out
+
+
 # -- output --------------------------------------------------------------------------------------
 def summary(rows: list[Row], published: list[Published]) -> dict[str, Any]:
     same = [abs(r.error[t]) for r in rows for t in r.same_terms]
@@ -334,6 +377,27 @@ def summary(rows: list[Row], published: list[Published]) -> dict[str, Any]:
             "published_max_abs_error": max(pub, default=None), "published_target": PUBLISHED_TARGET,
             "published_target_met": bool(pub) and max(pub) <= PUBLISHED_TARGET,
             "published_figures": len(published), "published_file": str(_figures_file())}
+
+
+def ran_summary(ran: list[Ran]) -> dict[str, Any]:
+    """False "does not fit" count over the runs that ran, and the tightest headroom."""
+    false_oom = [r.run_id for r in ran if r.headroom_gib < 0]
+    return {"runs": len(ran), "false_oom": len(false_oom), "false_oom_runs": false_oom,
+            "min_headroom_gib": min((r.headroom_gib for r in ran), default=None)}
+
+
+def print_ran(ran: list[Ran], out: Any = sys.stdout) -> None:
+    print(f"C. published runs that ran ({PUBLIC_RUNS.name}): worst-stage peak vs usable memory, GiB "
+          f"({TIGHTEST} tightest)", file=out)
+    head = f"{'run':46} {'gpu':16} {'peak':>7} {'usable':>7} {'headroom':>9} {'P(oom)':>7}"
+    print(head, file=out)
+    print("-" * len(head), file=out)
+    for r in sorted(ran, key=lambda r: r.headroom_gib / r.usable_gib)[:TIGHTEST]:
+        done = " (completed: " + ", ".join(f"{k}={v}" for k, v in r.completed.items()) + ")" if r.completed else ""
+        print(f"{r.run_id:46} {r.gpu:16} {r.peak_gib:7.2f} {r.usable_gib:7.2f} {r.headroom_gib:+9.2f} "
+              f"{r.oom_probability:7.3f}{done}", file=out)
+    s = ran_summary(ran)
+    print(f"runs that ran predicted not to fit: {s['false_oom']} of {s['runs']}", file=out)
 
 
 def _pct(x: float | None) -> str:
@@ -379,14 +443,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON only")
     args = parser.parse_args(argv)
-    rows, published = compare_megatron(), compare_published()
+    rows, published, ran = compare_megatron(), compare_published(), compare_ran()
     if args.json:
         print(json.dumps({"megatron": [asdict(r) for r in rows],
                           "published": [asdict(p) | {"parplan_error": p.parplan_error,
                                                      "megatron_error": p.megatron_error} for p in published],
-                          "summary": summary(rows, published)}, indent=1))
+                          "ran": [asdict(r) | {"headroom_gib": r.headroom_gib} for r in ran],
+                          "summary": summary(rows, published) | {"ran": ran_summary(ran)}}, indent=1))
     else:
         print_report(rows, published)
+        print()
+        print_ran(ran)
     return 0
 
 

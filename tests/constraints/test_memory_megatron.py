@@ -61,6 +61,16 @@ def test_script_prints_the_table_and_json() -> None:
                                     check=True).stdout)
     assert out["summary"]["megatron_target_met"] is True
     assert len(out["megatron"]) == len(CONFIGS)
+    assert "C. published runs that ran" in text
+    assert out["summary"]["ran"]["false_oom"] == 0 and len(out["ran"]) == out["summary"]["ran"]["runs"] > 0
+
+
+def test_a_run_that_ran_over_its_usable_memory_counts_as_false_oom() -> None:
+    from benchmarks.memory import Ran, ran_summary
+    ran = [Ran("fits", "h100-sxm5-80gb", 70.0, 77.05, 0.05), Ran("over", "h100-sxm5-80gb", 78.0, 77.05, 0.6)]
+    s = ran_summary(ran)
+    assert s["false_oom"] == 1 and s["false_oom_runs"] == ["over"]
+    assert s["min_headroom_gib"] == pytest.approx(77.05 - 78.0)
 
 
 def test_zero_paper_model_states_within_5_percent_at_every_stage() -> None:
