@@ -7,7 +7,8 @@
   threads (``gloo:all_reduce``) is launched by the ``c10d::`` call on the issuing thread, and the
   first operator that thread runs after the collective ended waited for it (``work.wait()`` is
   not an operator: the wait is recorded only as that gap). Without the link the issuing thread
-  keeps the recorded wait whatever an edit does to the collective.
+  keeps the recorded wait whatever an edit does to the collective;
+- :func:`transfer_of_matched`: with several ranks' traces, a collective's time is its transfer only.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from costmodel.profiling.trace import _short
 from costmodel.replay.graph import Graph, Node
 from costmodel.replay.parse import RawTrace
 
-__all__ = ["add_cpu_work", "cpu_family", "link_cpu_collectives", "operand_elements"]
+__all__ = ["add_cpu_work", "cpu_family", "link_cpu_collectives", "operand_elements", "transfer_of_matched"]
 
 _STEP: Final = re.compile(r"^ProfilerStep#\d+$")
 
@@ -133,3 +134,19 @@ def _issuer_and_waiter(graph: Graph, node: Node) -> tuple[int | None, int | None
     after = next((i for i in members[position + 1:] if nodes[i].kind == "cpu" and nodes[i].start >= done - 1.0),
                  None)
     return members[position], after
+
+
+def transfer_of_matched(graph: Graph) -> None:
+    """Each collective matched across ranks (group, name, sequence) lasts its transfer: from the last rank's
+    recorded arrival to the first recorded end. The ranks of a CPU trace share one host's clock, so this is
+    exact; the rest of each rank's span was waiting for the slowest peer, which the replay now derives."""
+    groups: dict[tuple[int, str, int], list[Node]] = {}
+    for node in graph.nodes:
+        if node.collective is not None and node.kind == "cpu":
+            groups.setdefault(node.collective, []).append(node)
+    for members in groups.values():
+        if len({n.rank for n in members}) != len(members) or len(members) < 2:
+            continue
+        transfer = max(0.0, min(n.start + n.dur for n in members) - max(n.start for n in members))
+        for node in members:
+            node.dur = transfer

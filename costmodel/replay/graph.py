@@ -142,6 +142,10 @@ def build_graph(traces: list[RawTrace]) -> Graph:
 
         link_cpu_collectives(graph)
     _number_collectives(graph)
+    if len(traces) > 1 and not any(n.kind == "gpu" for n in graph.nodes):
+        from costmodel.replay.cpu import transfer_of_matched
+
+        transfer_of_matched(graph)
     return graph
 
 

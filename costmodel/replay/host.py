@@ -38,7 +38,8 @@ def change_cpu_ranks(graph: Graph, factor: float, cores: int | None) -> Graph:
     which sends ``2(n-1)/n`` of the bytes per rank like NCCL's ring. On one rank there is nothing to
     synchronise: the collective and the operators on its flat bucket (the copies into and out of it,
     the division by the world size) go, as in the miniature's one-rank program. The ranks' work then
-    shares the cores anew: every node of a rank x slicing(new) / slicing(old).
+    shares the cores anew: every operator and gap of a rank (the
+    interpreter's time to a step's end marker too) x slicing(new) / slicing(old).
     """
     old = max(graph.world_size, 1)
     new = max(1, round(old * factor))
@@ -47,7 +48,7 @@ def change_cpu_ranks(graph: Graph, factor: float, cores: int | None) -> Graph:
         for step_index in range(len(graph.steps)):
             scale_gradient_bucket(graph, step_index, 0.0)
     for node in graph.nodes:
-        if node.kind != "cpu":
+        if node.kind == "gpu":
             continue
         if node.collective is not None:
             op, size = _collective_op(node.name), node.collective[0]

@@ -10,7 +10,11 @@ Rules (Lumos, arXiv 2504.09307, section 4):
   edited) duration;
 - matched collectives of several ranks (NCCL kernels, or a CPU trace's gloo collectives) start
   together, when the last rank is ready, and last the shortest recorded duration among them (the
-  rest of a longer one was waiting for a peer: the transfer is what the last rank to arrive saw).
+  rest of a longer one was waiting for a peer: the transfer is what the last rank to arrive saw);
+  CPU ranks, which share one host's clock, last from the last recorded arrival to the first
+  recorded end;
+- a worker thread's collective on a CPU trace starts its recorded latency after the ``c10d::``
+  call that issued it, and the operator that waited for it ends its recorded tail after it.
 """
 
 from __future__ import annotations

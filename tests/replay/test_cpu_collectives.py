@@ -1,0 +1,128 @@
+"""CPU-only traces (costmodel/replay/cpu.py, host.py): gloo worker-thread collectives, ranks per core, buckets."""
+
+import pytest
+
+from costmodel.comm.formulas import bus_factor
+from costmodel.replay.cpu import operand_elements
+from costmodel.replay.edit import apply_what_if, change_group_size, layer_blocks, parse_what_if, scale_family
+from costmodel.replay.graph import build_graph
+from costmodel.replay.host import time_slicing
+from costmodel.replay.parse import read_trace
+from costmodel.replay.simulate import simulate
+from costmodel.specs.errors import SpecError
+from tests.replay.synth import write
+
+BUCKET = 1000  # elements of the flat gradient bucket
+
+
+def _op(name, ts, dur, tid=1, cat="cpu_op", dims=None):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
+            "args": {"Input Dims": dims} if dims is not None else {}}
+
+
+def _rank_events(compute_us: float, arrive_us: float, transfer_end_us: float, steps: int = 2) -> list[dict]:
+    """``steps`` steps: compute, a cat into the bucket, c10d::allreduce_ queuing gloo:all_reduce on worker
+    thread 2 (from ``arrive_us`` after the issue to the common ``transfer_end_us``), then the div_ that waited."""
+    events, t = [], 0.0
+    for step in range(steps):
+        begin = t
+        events.append(_op("aten::linear", t + 5, compute_us))
+        t += 5 + compute_us
+        events.append(_op("aten::cat", t + 2, 10, dims=[[[BUCKET // 2], [BUCKET // 2]], []]))
+        issue = t + 14
+        events.append(_op("c10d::allreduce_", issue, 20, dims=[[BUCKET]]))
+        events.append(_op("gloo:all_reduce", issue + arrive_us, begin + transfer_end_us - issue - arrive_us, tid=2,
+                          cat="user_annotation", dims=[[BUCKET]]))
+        done = begin + transfer_end_us
+        events.append(_op("aten::div_", done + 3, 7, dims=[[BUCKET], []]))
+        t = done + 12
+        events.append(_op(f"ProfilerStep#{step + 1}", begin, t - begin, cat="user_annotation"))
+        t += 1
+    return events
+
+
+def _graph(tmp_path, ranks, world=2):
+    traces = [read_trace(write(tmp_path / f"rank{r}.json", {"traceEvents": events,
+                                                             "distributedInfo": {"rank": r, "world_size": world}}))
+              for r, events in enumerate(ranks)]
+    return build_graph(traces)
+
+
+def test_the_issuing_thread_waits_for_the_worker_collective(tmp_path):
+    """The wait after c10d::allreduce_ is no recorded gap: a collective twice as long delays the step by its
+    recorded length, where before the link the main thread kept its recorded gap and the step did not move."""
+    graph = _graph(tmp_path, [_rank_events(300.0, 5.0, 600.0)])
+    collective = next(n for n in graph.nodes if n.name == "gloo:all_reduce")
+    assert graph.nodes[collective.launch].name == "c10d::allreduce_" and not graph.unplaced
+    before = simulate(graph).iterations
+    assert all(abs(it.error) < 1e-9 for it in before)
+    after = simulate(scale_family(graph, "collective", 2.0)).iterations
+    recorded = 600.0 - (5 + 300 + 14 + 5)  # the collective's span: issue + arrival to the end
+    assert after[0].replayed_s - before[0].replayed_s == pytest.approx(recorded * 1e-6, abs=1e-9)
+
+
+def test_matched_cpu_ranks_separate_the_wait_from_the_transfer(tmp_path):
+    """Rank 1 computes 200 us longer: rank 0's collective is mostly waiting. Matched, the transfer is what
+    followed the last arrival, so halving the transfer (network=2) saves half of that, not half of rank 0's span."""
+    graph = _graph(tmp_path, [_rank_events(300.0, 5.0, 800.0), _rank_events(500.0, 5.0, 800.0)])
+    base = [it for it in simulate(graph).iterations if it.rank == 0]
+    assert all(abs(it.error) < 1e-9 for it in base)
+    transfer = 800.0 - (5 + 500 + 14 + 5)  # from rank 1's arrival to the common end
+    faster = [it for it in simulate(apply_what_if(graph, parse_what_if("network=2"))).iterations if it.rank == 0]
+    assert base[0].replayed_s - faster[0].replayed_s == pytest.approx(transfer / 2 * 1e-6, abs=1e-9)
+
+
+def test_more_ranks_than_cores_time_slice_every_operator(tmp_path):
+    """2 -> 4 ranks on 2 cores: work and gaps x2 (ranks per core), the ring transfer x bus(4)/bus(2) x2."""
+    graph = _graph(tmp_path, [_rank_events(300.0, 5.0, 600.0)])
+    edited = change_group_size(graph, 2.0, cores=2)
+    step = simulate(graph).iterations[0].replayed_s
+    collective = next(n.dur for n in graph.nodes if n.name == "gloo:all_reduce") * 1e-6
+    ring = bus_factor("all_reduce", 4) / bus_factor("all_reduce", 2)
+    expected = 2 * (step - collective) + 2 * ring * collective
+    assert simulate(edited).iterations[0].replayed_s == pytest.approx(expected, rel=1e-9)
+    same_cores = simulate(change_group_size(graph, 2.0, cores=4)).iterations[0].replayed_s  # one core per rank
+    assert same_cores == pytest.approx(step - collective + ring * collective, rel=1e-9)
+    assert time_slicing(4, 2) == 2.0 and time_slicing(2, 2) == 1.0 and time_slicing(4, None) == 1.0
+
+
+def test_one_rank_drops_the_collective_and_its_bucket_operators(tmp_path):
+    graph = _graph(tmp_path, [_rank_events(300.0, 5.0, 600.0)])
+    single = change_group_size(graph, 0.5, cores=2)
+    gone = {n.name for n in single.nodes if n.kind == "cpu" and n.dur == 0.0}
+    assert gone == {"aten::cat", "c10d::allreduce_", "gloo:all_reduce", "aten::div_"}
+    assert {n.name for n in single.nodes if n.dur > 0} >= {"aten::linear"}
+
+
+def test_cores_is_checked_and_feeds_the_dp_edit(tmp_path):
+    graph = _graph(tmp_path, [_rank_events(300.0, 5.0, 600.0)])
+    with_cores = simulate(apply_what_if(graph, parse_what_if("dp=2x,cores=2"))).iterations[0].replayed_s
+    without = simulate(apply_what_if(graph, parse_what_if("dp=2x"))).iterations[0].replayed_s
+    assert with_cores > 1.8 * without  # 4 ranks on 2 cores: everything time-sliced
+    for bad in ("cores=0", "cores=two", "cores=1.5"):
+        with pytest.raises(SpecError, match="cores"):
+            parse_what_if(f"dp=2x,{bad}")
+
+
+def test_operand_elements_counts_a_tensor_list():
+    assert operand_elements({"Input Dims": [[[2, 3], [4]], []]}) == 10  # aten::cat of two tensors
+    assert operand_elements({"Input Dims": [[8, 16], [16]]}) == 128
+    assert operand_elements({}) == 0
+
+
+def test_layer_blocks_take_every_per_layer_sequence_but_not_a_per_tensor_loop(tmp_path):
+    """Forward and backward layers and a per-layer copy loop repeat 3 times; a 2-tensor loop repeats twice."""
+    events, t = [], 0.0
+    forward = ["aten::layer_norm", "aten::linear", "aten::gelu", "aten::linear"]
+    backward = ["AddmmBackward0", "GeluBackward0", "AddmmBackward0", "NativeLayerNormBackward0", "aten::add"]
+    per_layer = ["aten::slice", "aten::view_as", "aten::copy_", "aten::slice", "aten::view_as", "aten::copy_"]
+    for name in forward * 3 + backward * 3 + ["aten::zeros", "aten::mul", "aten::sum", "aten::mean"] * 2 \
+            + per_layer * 3:
+        events.append(_op(name, t, 10.0))
+        t += 11.0
+    events.append(_op("ProfilerStep#1", 0.0, t, cat="user_annotation"))
+    graph = _graph(tmp_path, [events], world=1)
+    blocks = layer_blocks(graph, 0)
+    assert sorted((len(b), len(b[0])) for b in blocks) == [(3, 4), (3, 5), (3, 6)]
+    added = simulate(apply_what_if(graph, parse_what_if("layers=+1"))).iterations[0].replayed_s
+    assert added - simulate(graph).iterations[0].replayed_s == pytest.approx((4 + 5 + 6) * 11e-6, abs=1e-9)
