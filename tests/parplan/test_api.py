@@ -55,7 +55,8 @@ def test_a_strategy_that_breaks_a_rule_has_no_time_and_says_why():
     bad = parplan.predict({**RUN, "strategy": {**RUN["strategy"], "tp": 3, "dp": 1}})
     assert not bad.fits and bad.step_time_s is None
     assert any("must equal num_gpus=8" in v for v in bad.violations)
-    p = parplan.predict({**RUN, "strategy": {**RUN["strategy"], "recompute": "none", "tp": 1, "dp": 8}})
+    p = parplan.predict({**RUN, "strategy": {**RUN["strategy"], "recompute": "none", "tp": 1, "dp": 8,
+                                             "micro_batch_size": 2}})  # ~96 GiB: well over an H100
     assert not p.fits and p.violations and "GiB" in p.violations[0]
 
 
