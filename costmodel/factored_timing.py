@@ -2,8 +2,9 @@
 
 The factors come from a factor profile (``costmodel/profiles/factors.py``, written by
 ``parplan replay fit``): GEMMs, attention (forward and backward), memory-bound kernels and the
-optimizer step ("elementwise"), and collectives (``collective_factor``, applied by
-``costmodel.llm.step`` where every collective of a step is timed).
+optimizer step ("elementwise"), and collectives (:func:`collective_factor_for`, applied by
+``costmodel.llm.step`` where every collective of a step is timed: the group's tier, inside one
+scale-up domain or across domains, picks its factor where the fit saw both).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from costmodel.ops import Op
 from costmodel.profiles.factors import FactorProfile
 from costmodel.timing import OperatorTimer, TimedOps
 
-__all__ = ["FactoredTimer", "factor_family", "factored_timer"]
+__all__ = ["FactoredTimer", "collective_factor_for", "factor_family", "factored_timer"]
 
 # Op.family -> the factor family whose measured kernels correct it.
 _FACTOR_OF_OP: dict[str, str] = {"gemm": "gemm", "attention_fwd": "attention", "attention_bwd": "attention",
@@ -52,6 +53,15 @@ class FactoredTimer(OperatorTimer):
         note = (f"times x trace-fitted factors of {self.factors.name} ("
                 + ", ".join(f"{k} {v:.3g}" for k, v in sorted(self.factors.factors.items())) + ")")
         return TimedOps(timed.ops, timed.seconds * scale, timed.sources, sorted({*timed.notes, note}))
+
+
+def collective_factor_for(timer: OperatorTimer, placement: object) -> float:
+    """The factor of a collective on ``placement`` (a ``GroupPlacement``): its tier's where ``timer`` carries
+    trace factors, else ``timer.collective_factor``."""
+    crosses = getattr(placement, "crosses_nodes", None)
+    if isinstance(timer, FactoredTimer) and timer.factors is not None and isinstance(crosses, bool):
+        return timer.factors.collective(crosses)
+    return timer.collective_factor
 
 
 def factored_timer(base: OperatorTimer, factors: FactorProfile) -> FactoredTimer:

@@ -25,6 +25,7 @@ from constraints.memory import params_on_gpu
 from costmodel.llm import moe
 from costmodel.calibration import compute_scale as calibrated_scale
 from costmodel.comm import collective_seconds, group_placement
+from costmodel.factored_timing import collective_factor_for
 from costmodel.llm.compute import StageCompute, pipeline_compute
 from costmodel.llm.decompose import layer_shape, shared_expert_ops
 from costmodel.llm.cp_comm import cp_layer_exposed_s
@@ -107,7 +108,7 @@ def _collective(timer: OperatorTimer, op: str, message_bytes: float, placement: 
     hit = entry[1].get(key)
     if hit is None:
         hit = entry[1][key] = float(collective_seconds(op, message_bytes, placement, gpu, _intra(timer))) \
-            * timer.collective_factor
+            * collective_factor_for(timer, placement)
     return hit
 
 

@@ -9,12 +9,15 @@ the times parplan predicts for the same operators on ``G`` and writes ``DIR/meta
     name: my-job
     device: h100-sxm5-80gb        # the GPU whose predictions were compared
     base_profile: null            # null: that GPU's built-in profile; else the profile directory used
-    factors: {gemm: 1.2, attention: 1.05, elementwise: 0.9, collective: 1.1}
+    factors: {gemm: 1.2, attention: 1.05, elementwise: 0.9, collective: 1.1,
+              collective_intra: 1.3, collective_inter: 0.95}   # tiers: only where the traces held both
     spread: {gemm: {operators: 96, p10: 1.18, median: 1.2, p90: 1.22}, ...}   # documentation only
     source: {traces: [...], fitted: 2026-12-01T13:00:00+00:00}                 # documentation only
 
 A run predicted with ``--profile DIR`` is timed by the base profile with each family's times
-multiplied by its factor (``costmodel.factored_timing``); a family without a factor keeps 1.
+multiplied by its factor (``costmodel.factored_timing``); a family without a factor keeps 1. A
+collective inside one scale-up domain takes ``collective_intra``, one across domains (the scale-out
+network) ``collective_inter``, each where the fit saw both tiers, else ``collective``.
 The directory is data: only ``metadata.yaml`` is read, with the bounded safe YAML reader.
 """
 
@@ -34,11 +37,13 @@ import yaml
 from costmodel.specs.errors import SpecError
 from costmodel.specs.userfile import read_user_file
 
-__all__ = ["FACTOR_FAMILIES", "FACTOR_KIND", "FactorProfile", "profile_content_hash", "read_factor_profile",
+__all__ = ["COLLECTIVE_TIERS", "FACTOR_FAMILIES", "FACTOR_KIND", "FactorProfile", "profile_content_hash", "read_factor_profile",
            "write_factor_profile"]
 
 FACTOR_KIND: Final = "trace-factors"
 FACTOR_FAMILIES: Final = ("gemm", "attention", "elementwise", "collective")
+COLLECTIVE_TIERS: Final = ("collective_intra", "collective_inter")
+"""Collective factors per tier: inside one scale-up domain (NVLink), across domains (the network)."""
 MAX_FACTOR: Final = 1e3
 """Largest factor accepted: a kernel 1000x off parplan's time is a wrong match, not a calibration."""
 
@@ -57,6 +62,11 @@ class FactorProfile:
     def factor(self, family: str) -> float:
         """The factor of ``family`` (1 where the trace gave none)."""
         return self.factors.get(family, 1.0)
+
+    def collective(self, crosses_nodes: bool) -> float:
+        """The collective factor of a group inside one domain or across domains (``collective`` where the
+        fit saw one tier only)."""
+        return self.factors.get(COLLECTIVE_TIERS[1 if crosses_nodes else 0], self.factor("collective"))
 
     @property
     def content_hash(self) -> str:
@@ -91,8 +101,8 @@ def read_factor_profile(path: str | Path) -> FactorProfile | None:
         raise SpecError(f"{where}: factors", raw, "a mapping of " + ", ".join(FACTOR_FAMILIES) + " to numbers")
     factors = {}
     for family, value in raw.items():
-        if family not in FACTOR_FAMILIES:
-            raise SpecError(f"{where}: factors", family, "one of " + ", ".join(FACTOR_FAMILIES))
+        if family not in FACTOR_FAMILIES + COLLECTIVE_TIERS:
+            raise SpecError(f"{where}: factors", family, "one of " + ", ".join(FACTOR_FAMILIES + COLLECTIVE_TIERS))
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                 or not 0 < value <= MAX_FACTOR:
             raise SpecError(f"{where}: factors.{family}", value, f"a number > 0 and <= {MAX_FACTOR:g}")

@@ -6,6 +6,10 @@ family's factor is the ratio of their sums, measured / predicted: the factor tha
 parplan's total for the trace's operators equal the measured one (big operators count by
 their time). The spread is that of the per-operator ratios (10th, 50th and 90th percentile)
 and, with several traces, the range of the per-trace factors.
+
+Collectives are also fitted per tier (``collective_intra``: a group inside one scale-up domain of
+the chosen GPU; ``collective_inter``: across domains) where the traces hold both: NVLink and the
+network are different links, one factor would average them by their time.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.profiles.factors import FACTOR_FAMILIES, FactorProfile, write_factor_profile
-from costmodel.replay.operators import TraceOperators, family_of, operator_seconds
+from costmodel.profiles.factors import COLLECTIVE_TIERS, FACTOR_FAMILIES, FactorProfile, write_factor_profile
+from costmodel.replay.operators import TraceOperators, family_of, operator_seconds, placement_of
 from costmodel.specs.errors import SpecError
 from costmodel.timing import OperatorTimer
 
@@ -74,7 +78,7 @@ def fit_factors(traces: list[TraceOperators], names: list[str], timer: OperatorT
     SpecError
         If no trace holds a recognised operator with a measured time.
     """
-    rows: dict[str, list[tuple[int, str, float, float]]] = {f: [] for f in FACTOR_FAMILIES}
+    rows: dict[str, list[tuple[int, str, float, float]]] = {f: [] for f in FACTOR_FAMILIES + COLLECTIVE_TIERS}
     out = TraceFit(timer.gpu.name, profile, {}, names)
     for index, trace in enumerate(traces):
         out.unsupported.update(trace.report.unsupported)
@@ -83,7 +87,14 @@ def fit_factors(traces: list[TraceOperators], names: list[str], timer: OperatorT
         for instance, seconds in zip(trace.operators, predicted):
             if seconds > 0:
                 key = instance.table + repr(sorted(instance.row.items())) + str(instance.backward)
-                rows[family_of(instance.table)].append((index, key, instance.seconds, seconds))
+                row = (index, key, instance.seconds, seconds)
+                rows[family_of(instance.table)].append(row)
+                if instance.table == "nccl":
+                    crosses = placement_of(int(instance.row["num_gpus"]), timer.gpu).crosses_nodes
+                    rows[COLLECTIVE_TIERS[1 if crosses else 0]].append(row)
+    if not all(rows[tier] for tier in COLLECTIVE_TIERS):  # one tier: it is the collective factor already
+        for tier in COLLECTIVE_TIERS:
+            rows[tier] = []
     for family, members in rows.items():
         if members:
             out.families[family] = _family(family, members, len(traces))

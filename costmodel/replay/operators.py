@@ -12,13 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costmodel.comm import GroupPlacement, collective_seconds
+from costmodel.factored_timing import collective_factor_for
 from costmodel.ops import Op, gemm, memory_op
 from costmodel.profiling.trace import OperatorInstance, TraceImport, operator_instances
 from costmodel.replay.parse import RawTrace
 from costmodel.specs.gpu import GPUSpec
 from costmodel.timing import OperatorTimer
 
-__all__ = ["TraceOperators", "family_of", "operator_seconds", "trace_operators"]
+__all__ = ["TraceOperators", "family_of", "operator_seconds", "placement_of", "trace_operators"]
 
 # Op names whose first part makes costmodel.analytic.memory_kind pick the trace's kernel kind.
 _MEMORY_NAME = {"norm": "input_norm", "activation": "mlp", "softmax": "attention", "residual": "attn_residual"}
@@ -76,7 +77,7 @@ def as_op(instance: OperatorInstance) -> Op | None:
     return None
 
 
-def _placement(num_gpus: int, gpu: GPUSpec) -> GroupPlacement:
+def placement_of(num_gpus: int, gpu: GPUSpec) -> GroupPlacement:
     """Ranks fill scale-up domains in order (the trace does not say where its ranks sit)."""
     domain = max(1, gpu.nvlink_domain_size)
     if num_gpus <= domain:
@@ -96,7 +97,7 @@ def operator_seconds(instances: list[OperatorInstance], timer: OperatorTimer) ->
             out.append(float(next(timed)))
             continue
         row = instance.row
-        placement = _placement(int(row["num_gpus"]), timer.gpu)
+        placement = placement_of(int(row["num_gpus"]), timer.gpu)
         seconds = collective_seconds(row["op"], float(row["message_bytes"]), placement, timer.gpu, intra)
-        out.append(float(seconds) * timer.collective_factor)
+        out.append(float(seconds) * collective_factor_for(timer, placement))
     return out
