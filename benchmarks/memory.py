@@ -8,7 +8,8 @@ commit d98e8a64ddf34856e74b24714e3bedb2f5a39553 (``compute_weight_and_optimizer_
 stage (the rank Megatron calls most loaded): weights + gradients + optimizer, transformer-layer
 activations, and the total. Part B: both against every published per-GPU memory figure with a
 complete config found (Korthikanti et al. 2022 Figure 1, ``shared/validation/memory_figures.yaml``
-or the copy beside ``tests/constraints``; the ZeRO paper's Figure 1 model states per ZeRO stage).
+or the copy beside ``tests/constraints``; the ZeRO paper's Figure 1 model states per ZeRO stage; the
+measured allocator peaks of Megatron-LM's own 7B memory tests, ``compare_measured``).
 Part C: every run of ``studies/validation/public.yaml`` really ran, so each must fit: its worst-stage
 peak against what the GPU can give (``ClusterSpec.usable_memory_bytes``), the tightest rows listed;
 rows with ``unstated`` knobs take validate's nearest fitting completion, as ``parplan validate`` does.
@@ -307,9 +308,44 @@ def _layer_states_megatron(run: RunSpec) -> float:
     return 18 * 12 * m.num_layers * m.hidden_size**2 / (s.tp * s.pp)
 
 
+MCORE_TESTS: Final = ("github.com/NVIDIA/Megatron-LM @d98e8a64 tests/functional_tests/test_cases/gpt/{name}/"
+                      "golden_values_dev_dgx_h100.json: mem-max-allocated-bytes, torch allocated_bytes.all.peak "
+                      "(megatron/training/training.py L3445) of the last rank (the tensorboard writer, "
+                      "global_vars.py L241), max over 25 iterations; model_config.yaml as run on 8 H100 "
+                      "(tests/test_utils/recipes/h100/gpt.yaml: 1 node, 8 GPUs)")
+# The 7B memory tests' MODEL_ARGS; unset flags take Megatron-LM's defaults (arguments.py: ffn 4h, GeLU,
+# LayerNorm, learned absolute positions, dropout 0.1, linear biases, fp32 main grads, no SP).
+MCORE_7B: Final = {"name": "gpt3-7b-memory-speed", "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+                   "num_query_groups": 8, "ffn_hidden_size": 16384, "vocab_size": 131073, "seq_length": 8192,
+                   "activation": "gelu", "normalization": "layernorm", "position_embedding": "learned",
+                   "max_position_embeddings": 8192, "dropout": True, "tie_embeddings": False}
+# (test case, strategy, measured peak bytes)
+MCORE_MEMORY_TESTS: Final = (
+    ("gpt3_7b_tp1_pp4_memory_speed", {"tp": 1, "pp": 4, "vpp": 8, "micro_batch_size": 1}, 60720852992),
+    ("gpt3_7b_tp4_pp1_memory_speed", {"tp": 4, "pp": 1, "vpp": 1, "micro_batch_size": 2}, 57143791616),
+)
+
+
+def compare_measured() -> list[Published]:
+    """Measured allocator peaks of Megatron-LM's own memory tests, the last pipeline stage (the logging rank).
+
+    The Megatron column is its formula's first-stage estimate, so it is given only where that is the last stage.
+    """
+    out = []
+    for name, strategy, peak_bytes in MCORE_MEMORY_TESTS:
+        run = _run(MCORE_7B, 8, {**strategy, "dp": 2, "global_batch_size": 8, "zero_stage": 1, "recompute": "none",
+                                 "sequence_parallel": False, "overlap_grad_reduce": True})
+        last = run.strategy.pp - 1
+        megatron = None if last else (megatron_weight_and_optimizer_bytes(run) + megatron_activation_bytes(run)) / GiB
+        out.append(Published(MCORE_TESTS, name.removeprefix("gpt3_").removesuffix("_memory_speed"),
+                             "allocator peak, last stage", peak_bytes / GiB,
+                             stage_memory(run, last).total_bytes / GiB, megatron))
+    return out
+
+
 def compare_published() -> list[Published]:
-    """Part B rows (empty when no figures file is found)."""
-    out = compare_zero()
+    """Part B rows (the figures file's rows only where it is found)."""
+    out = compare_zero() + compare_measured()
     path = _figures_file()
     if path is None:
         return out
