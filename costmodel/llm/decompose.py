@@ -238,12 +238,14 @@ def _eager_expert_ops(rows: float, inner: int, hidden: int) -> list[Op]:
     github.com/NVIDIA-NeMo/Automodel @01926a5c nemo_automodel/components/moe/layers.py
     ``GroupedExpertsDeepEP.forward``: ``_apply_bias`` adds each expert's bias to its split of the
     grouped-GEMM output and concatenates (gate/up: add + cat; down: ``t + b * p``, add, cat), and
-    ``quick_geglu_deepep`` runs eagerly: two clamps, ``alpha *``, sigmoid, product, ``+ 1``,
-    product, ``* probs``. Reads and writes below count those kernels' tensor passes (backward:
-    their autograd kernels); the fused path's one SwiGLU op is dropped.
+    ``quick_geglu_deepep`` (two clamps, ``alpha *``, sigmoid, product, ``+ 1``, product, ``* probs``)
+    is decorated ``@torch.compile`` (layers.py L316 @01926a5c), so Inductor runs it as one fused pass:
+    forward reads the gate/up rows (2 x inner) and writes the product (inner); backward reads the
+    gradient and the gate/up rows and writes their gradients. The bias kernels are eager (split,
+    add, cat). The fused path's one SwiGLU op is dropped.
     """
     ops = _elementwise("moe.experts.up_bias", rows * 2 * inner, 2, 2, 1, 0)
-    ops += _elementwise("moe.experts.geglu_eager", rows * inner, 10, 8, 17, 9)
+    ops += _elementwise("moe.experts.geglu_compiled", rows * inner, 2, 1, 3, 2)
     ops += _elementwise("moe.experts.down_bias", rows * hidden, 3, 3, 4, 2)
     return ops
 
