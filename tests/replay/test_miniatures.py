@@ -94,3 +94,41 @@ def test_gloo_collective_of_a_cpu_trace_is_retimed_by_the_dp_edit(tmp_path):
         ("aten::linear", "gemm"), ("gloo:all_reduce", "collective")]  # aten::mm is inside aten::linear
     wider = simulate(change_group_size(graph, 2.0)).iterations[0]
     assert wider.replayed_s == pytest.approx(400e-6 + 50e-6)  # all_reduce 2(n-1)/n: 1.0 -> 1.5 on 2 -> 4 ranks
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """L2, 2 gloo ranks, both ranks' traces (the CI size of the benchmark's DP pairs)."""
+    import socket
+
+    from _replay_miniature import record_config
+
+    with socket.socket() as probe:  # a free port: other runs of the benchmark use 29611 and up
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    folder = tmp_path_factory.mktemp("L2-dp2")
+    record_config(Config(2, 2, 2), folder, port)
+    return build_graph([read_trace(folder / f"rank{r}.json") for r in range(2)])
+
+
+def test_gloo_ranks_are_linked_matched_and_replayed(two_ranks):
+    """The worker-thread gloo:all_reduce of each step is issued by c10d::allreduce_ and waited for by the main
+    thread; matched across the two ranks it lasts its transfer, and the replay still gives each step's length."""
+    graph = two_ranks
+    collectives = [n for n in graph.nodes if n.name == "gloo:all_reduce"]
+    assert collectives and not graph.unplaced
+    assert all(graph.nodes[n.launch].name == "c10d::allreduce_" for n in collectives)
+    steps = [it for it in simulate(graph).iterations if it.rank == 0]
+    # Per step the replay can move (a rank preempted in one step now waits in the next); over the window the
+    # collectives' ends, which are recorded, hold it to the measured total.
+    replayed, measured = sum(it.replayed_s for it in steps), sum(it.measured_s for it in steps)
+    assert len(steps) >= 4 and replayed == pytest.approx(measured, rel=0.10)
+
+
+def test_dp_edits_of_a_gloo_trace_move_the_step_the_physical_way(two_ranks):
+    base = _fastest(two_ranks)
+    one = _fastest(apply_what_if(two_ranks, parse_what_if("dp=0.5x,cores=2")))
+    four = _fastest(apply_what_if(two_ranks, parse_what_if("dp=2x,cores=2")))
+    four_cores = _fastest(apply_what_if(two_ranks, parse_what_if("dp=2x,cores=4")))
+    assert one < base < four_cores < four  # no sync < 2 ranks < 4 ranks on own cores < 4 ranks on 2 cores
+    assert four > 1.9 * (base - (base - one))  # 4 ranks on 2 cores: at least the work, time-sliced twice
