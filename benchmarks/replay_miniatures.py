@@ -2,19 +2,21 @@
 
 Records torch-profiler traces of a small transformer training step on this machine's CPU
 (``benchmarks/_replay_miniature.py``): 2 and 4 layers, 1, 2 and 4 gloo ranks (data parallel,
-same sequences per rank), two batch sizes. From each configuration's rank-0 trace alone it
-predicts every other configuration of the same batch size with the what-if edits
-``layers=+N|-N`` and ``dp=Kx`` and compares with that configuration's measured trace.
+same sequences per rank), two batch sizes. From each configuration's traces (all its ranks: the
+collectives matched, so a rank's wait for its peer is apart from the transfer) it predicts every
+other configuration of the same batch size with ``layers=+N|-N`` and ``dp=Kx,cores=C`` (``C``, the
+cores the ranks share, is the host's: ``host.json`` of the recording, else ``os.sched_getaffinity``)
+and compares with that configuration's measured rank-0 steps.
 
-Two step-time estimates, predicted and measured alike: ``wall``, the fastest profiled step; and
-``fastest-ops``, every operator and gap at its fastest instance across the steps
-(``costmodel.replay.edit.fastest_steps``). On a shared machine interference only adds time, and
-on a loaded one every step is preempted somewhere, so the second is the closer to the
-configuration's own time. A trace without a collective (1 rank) cannot predict more ranks
-(there is no collective to re-time): those pairs are listed as skipped. Target: <= 10 % on
+Three estimates, predicted and measured alike: ``wall``, the fastest profiled step; ``median``, the
+median step; ``fastest-ops``, every operator and gap at its fastest instance across the steps
+(``costmodel.replay.edit.fastest_steps``). Interference only adds time, so the fastest step is the
+closest to a configuration's own time; fastest-ops goes further but is no possible step where ranks
+outnumber cores (each rank's fastest operators ran while its core's other rank was idle). A 1-rank
+trace has no collective to re-time into more ranks: those pairs are skipped. Target: <= 10 % on
 layer-count and DP-degree edits.
 
-    python benchmarks/replay_miniatures.py [--out DIR | --from DIR] [--json]
+    python benchmarks/replay_miniatures.py [--out DIR | --from DIR] [--cores C] [--json]
 """
 
 from __future__ import annotations
@@ -108,8 +110,9 @@ def main() -> int:
     parser.add_argument("--out", default=None, help="keep the traces here (default: a temporary folder)")
     parser.add_argument("--from", dest="source", default=None, metavar="DIR",
                         help="analyse the traces an earlier run kept in DIR (--out) instead of recording")
-    parser.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)),
-                        help="cores the ranks shared when recorded (default: this process's, os.sched_getaffinity)")
+    parser.add_argument("--cores", type=int, default=None,
+                        help="cores the ranks shared when recorded (default: the recording's host.json, else "
+                             "this process's os.sched_getaffinity)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     out = Path(args.source or args.out or tempfile.mkdtemp(prefix="parplan-miniatures-"))
@@ -120,6 +123,11 @@ def main() -> int:
             record_config(config, out / config.name, port)
             print(f"recorded {config.name} ({time.perf_counter() - began:.0f} s)", file=sys.stderr)
         traces[config] = [out / config.name / f"rank{r}.json" for r in range(world)]
+    host = out / "host.json"
+    if args.source is None:
+        host.write_text(json.dumps({"cores": len(os.sched_getaffinity(0))}))
+    if args.cores is None:
+        args.cores = int(json.loads(host.read_text())["cores"]) if host.is_file() else len(os.sched_getaffinity(0))
     rows, skipped = pairs(traces, args.cores)
     kinds = ("layers", "dp", "layers+dp")
     mape = {name: {k: float(np.mean([abs(float(r[f"{name}_error"])) for r in rows if r["kind"] == k]))
