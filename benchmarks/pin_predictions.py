@@ -134,7 +134,7 @@ def sample_strategies(problem: SearchProblem, fitting: int, not_fitting: int,
         fits = check(problem.run(strategy)).fits
         if wanted[fits] > 0:
             wanted[fits] -= 1
-            chosen[strategy] = "sample-fits" if fits else "sample-oom"
+            chosen[strategy] = "sample-fits" if fits else "sample-infeasible"
         if not any(wanted.values()):
             break
     for strategy in recipe_starts(space, Evaluator(problem)):
@@ -402,11 +402,16 @@ def search_differences(doc: Mapping[str, Any], rel_tol: float = REL_TOL) -> list
     return out
 
 
-def report(diffs: Sequence[str], limit: int = 20) -> str:
-    """The first ``limit`` differences and how to regenerate the pins."""
-    runs = list(dict.fromkeys(d.split(":", 1)[0] for d in diffs))
-    lines = [f"{len(diffs)} pinned prediction fields differ, in {len(runs)} runs; the first:"]
-    lines += [f"  {d}" for d in diffs[:limit]]
+def report(diffs: Sequence[str], runs_shown: int = 8, fields_shown: int = 4) -> str:
+    """The first differing runs, a few fields of each, and how to regenerate the pins."""
+    by_run: dict[str, list[str]] = {}
+    for d in diffs:
+        by_run.setdefault(d.split(":", 1)[0], []).append(d.split(":", 1)[1].strip())
+    lines = [f"{len(diffs)} pinned prediction fields differ, in {len(by_run)} runs; the first:"]
+    for run, fields_of in list(by_run.items())[:runs_shown]:
+        more = f" (+{len(fields_of) - fields_shown} more fields)" if len(fields_of) > fields_shown else ""
+        lines.append(f"  {run}{more}:")
+        lines += [f"    {f}" for f in fields_of[:fields_shown]]
     lines.append(f"If the physics changed on purpose, regenerate the pins with `{REGENERATE}` "
                  "and say so in the commit message.")
     return "\n".join(lines)
