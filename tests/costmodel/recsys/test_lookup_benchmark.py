@@ -33,3 +33,23 @@ def test_aware_model_beats_blind_on_held_out_cpu_timings():
 def test_fraction_above_ten_percent_is_refused(capsys):
     assert _benchmark().main(["--fraction", "0.5"]) == 2
     assert "fraction" in capsys.readouterr().err
+
+
+def test_zero_passes_are_refused(capsys):
+    assert _benchmark().main(["--passes", "0"]) == 2
+    assert "passes" in capsys.readouterr().err
+
+
+def test_a_cell_keeps_its_fastest_pass_and_the_noise_floor_compares_halves():
+    from costmodel.recsys.lookup_fit import TimedLookup
+    from costmodel.specs.recsys import AccessDistribution
+
+    bench = _benchmark()
+
+    def cell(seconds: float) -> TimedLookup:
+        return TimedLookup(AccessDistribution(), 1000, 32, 4, 256, seconds)
+
+    passes = [[cell(2e-5)], [cell(1e-5)], [cell(4e-5)], [cell(2e-5)]]
+    assert [t.seconds for t in bench.fastest(passes)] == [1e-5]
+    assert bench.noise_floor(passes) == 50.0  # fastest of passes 1-2 (1e-5) against 3-4 (2e-5)
+    assert bench.noise_floor(passes[:1]) is None
