@@ -308,38 +308,56 @@ def _layer_states_megatron(run: RunSpec) -> float:
     return 18 * 12 * m.num_layers * m.hidden_size**2 / (s.tp * s.pp)
 
 
-MCORE_TESTS: Final = ("github.com/NVIDIA/Megatron-LM @d98e8a64 tests/functional_tests/test_cases/gpt/{name}/"
-                      "golden_values_dev_dgx_h100.json: mem-max-allocated-bytes, torch allocated_bytes.all.peak "
-                      "(megatron/training/training.py L3445) of the last rank (the tensorboard writer, "
-                      "global_vars.py L241), max over 25 iterations; model_config.yaml as run on 8 H100 "
-                      "(tests/test_utils/recipes/h100/gpt.yaml: 1 node, 8 GPUs)")
-# The 7B memory tests' MODEL_ARGS; unset flags take Megatron-LM's defaults (arguments.py: ffn 4h, GeLU,
-# LayerNorm, learned absolute positions, dropout 0.1, linear biases, fp32 main grads, no SP).
+MCORE_TESTS: Final = ("github.com/NVIDIA/Megatron-LM tests/functional_tests/test_cases/{case}/"
+                      "golden_values_dev_dgx_h100.json @{commit}: mem-max-allocated-bytes, torch "
+                      "allocated_bytes.all.peak (megatron/training/training.py @d98e8a64 L3445) of the last rank "
+                      "(the tensorboard writer, global_vars.py L241), max over the test's iterations; its "
+                      "model_config.yaml at that commit, run on 1 node of 8 H100 (tests/test_utils/recipes/h100)")
+# The memory tests' MODEL_ARGS; unset flags take Megatron-LM's defaults (arguments.py: ffn 4h, GeLU, LayerNorm,
+# learned absolute positions, dropout 0.1, linear biases, fp32 main grads, no SP).
 MCORE_7B: Final = {"name": "gpt3-7b-memory-speed", "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
                    "num_query_groups": 8, "ffn_hidden_size": 16384, "vocab_size": 131073, "seq_length": 8192,
                    "activation": "gelu", "normalization": "layernorm", "position_embedding": "learned",
                    "max_position_embeddings": 8192, "dropout": True, "tie_embeddings": False}
-# (test case, strategy, measured peak bytes)
+# MLA + MoE + MTP, unfused attention (--attention-backend unfused), GPT-2 BPE vocabulary (50257) padded to
+# --make-vocab-size-divisible-by 3232 x tp 2 = 51712; one 1024-wide shared expert, layer 0 dense.
+MCORE_MOE: Final = {"name": "moe-mla-memory-speed", "num_layers": 16, "hidden_size": 1024, "num_attention_heads": 32,
+                    "num_query_groups": 32, "ffn_hidden_size": 4096, "vocab_size": 51712, "seq_length": 4096,
+                    "activation": "swiglu", "normalization": "rmsnorm", "position_embedding": "rope",
+                    "dropout": False, "tie_embeddings": False, "add_bias_linear": False, "num_experts": 32,
+                    "moe_router_topk": 4, "moe_ffn_hidden_size": 1024, "num_shared_experts": 1,
+                    "first_k_dense_layers": 1, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                    "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_norm": True, "mtp_num_layers": 1}
+_DENSE_7B: Final = {"dp": 2, "global_batch_size": 8, "sequence_parallel": False, "flash_attention": True}
+# (test case, golden-values commit, model, strategy, measured peak bytes)
 MCORE_MEMORY_TESTS: Final = (
-    ("gpt3_7b_tp1_pp4_memory_speed", {"tp": 1, "pp": 4, "vpp": 8, "micro_batch_size": 1}, 60720852992),
-    ("gpt3_7b_tp4_pp1_memory_speed", {"tp": 4, "pp": 1, "vpp": 1, "micro_batch_size": 2}, 57143791616),
+    ("gpt/gpt3_7b_tp1_pp4_memory_speed", "6e091e1b", MCORE_7B,
+     {**_DENSE_7B, "tp": 1, "pp": 4, "vpp": 8, "micro_batch_size": 1}, 60720852992),
+    ("gpt/gpt3_7b_tp4_pp1_memory_speed", "6e091e1b", MCORE_7B,
+     {**_DENSE_7B, "tp": 4, "pp": 1, "vpp": 1, "micro_batch_size": 2}, 57143791616),
+    # scope mr-broken in the recipes at d98e8a64; the golden values are those of the config at 11debfa7
+    ("moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed", "11debfa7", MCORE_MOE,
+     {"tp": 2, "pp": 2, "vpp": 4, "dp": 2, "ep": 4, "etp": 1, "micro_batch_size": 4, "global_batch_size": 32,
+      "sequence_parallel": True, "flash_attention": False, "moe_token_dispatcher": "alltoall"}, 60111630336),
 )
 
 
 def compare_measured() -> list[Published]:
     """Measured allocator peaks of Megatron-LM's own memory tests, the last pipeline stage (the logging rank).
 
-    The Megatron column is its formula's first-stage estimate, so it is given only where that is the last stage.
+    The Megatron column is its formula's first-stage estimate, so it is given only where that is the last stage
+    and the model is one the formula covers (no MoE, MLA or MTP).
     """
     out = []
-    for name, strategy, peak_bytes in MCORE_MEMORY_TESTS:
-        run = _run(MCORE_7B, 8, {**strategy, "dp": 2, "global_batch_size": 8, "zero_stage": 1, "recompute": "none",
-                                 "sequence_parallel": False, "overlap_grad_reduce": True})
+    for case, commit, model, strategy, peak_bytes in MCORE_MEMORY_TESTS:
+        run = _run(model, 8, {"zero_stage": 1, "recompute": "none", "overlap_grad_reduce": True, **strategy})
         last = run.strategy.pp - 1
-        megatron = None if last else (megatron_weight_and_optimizer_bytes(run) + megatron_activation_bytes(run)) / GiB
-        out.append(Published(MCORE_TESTS, name.removeprefix("gpt3_").removesuffix("_memory_speed"),
-                             "allocator peak, last stage", peak_bytes / GiB,
-                             stage_memory(run, last).total_bytes / GiB, megatron))
+        covered = not last and not run.model.is_moe
+        megatron = (megatron_weight_and_optimizer_bytes(run) + megatron_activation_bytes(run)) / GiB if covered \
+            else None
+        label = case.split("/")[1].removeprefix("gpt3_").removeprefix("mcore_te_").removesuffix("_memory_speed")
+        out.append(Published(MCORE_TESTS.format(case=case, commit=commit), label, "allocator peak, last stage",
+                             peak_bytes / GiB, stage_memory(run, last).total_bytes / GiB, megatron))
     return out
 
 
@@ -458,12 +476,12 @@ def print_report(rows: list[Row], published: list[Published], out: Any = sys.std
     print("B. published per-GPU memory figures, GiB", file=out)
     if not published:
         print("  (no figures file found)", file=out)
-    head = f"{'model':14} {'term':34} {'published':>9} {'parplan':>9} {'error':>8} {'megatron':>9} {'error':>8}"
+    head = f"{'model':16} {'term':34} {'published':>9} {'parplan':>9} {'error':>8} {'megatron':>9} {'error':>8}"
     print(head, file=out)
     print("-" * len(head), file=out)
     for p in published:
         meg = "-" if p.megatron_gib is None else f"{p.megatron_gib:9.2f}"
-        print(f"{p.label:14} {p.term:34} {p.published_gib:9.2f} {p.parplan_gib:9.2f} {_pct(p.parplan_error):>8} "
+        print(f"{p.label:16} {p.term:34} {p.published_gib:9.2f} {p.parplan_gib:9.2f} {_pct(p.parplan_error):>8} "
               f"{meg:>9} {_pct(p.megatron_error):>8}", file=out)
     for source in dict.fromkeys(p.source for p in published):
         print(f"  source: {source}", file=out)

@@ -58,7 +58,8 @@ Other (peak-time buffers): fp32 + 16-bit logits on the last stage (6 bytes x b x
     NeMo Automodel ``never``),
     MoE dispatch/combine tokens and DeepEP's fixed buffers (``constraints.moe_buffers``, sized by the
     capacity factor or the drop-less load imbalance), Transformer Engine's TP-overlap userbuffers
-    (``constraints.workspace``), one layer's working set during full-recompute backward.
+    (``constraints.workspace``), one layer's working set during full-recompute backward, and without
+    flash attention or recompute the two score-sized gradients of an attention backward.
 A runtime reserve (capacity CUDA hides, CUDA context, NCCL buffers) is not part of the
 peak: it is taken from the capacity instead (``ClusterSpec.usable_memory_bytes``).
 
@@ -327,7 +328,9 @@ def activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, seq_length:
             o_extra = 0 if lin == BYTES_WEIGHT_16BIT else 2 * s * b * model.q_size / t
             attn += o_extra + 4 * a * s * b / t
     else:
-        attn += (4 + drop) * a * s * s * strategy.cp * b / t  # scores, softmax (+ dropout mask and output)
+        # Korthikanti's 5as^2b: the softmax output (2), the dropout mask (1) and output (2). Without dropout the
+        # softmax output is the value matmul's input itself (torch dropout at p = 0 returns its input): 2as^2b.
+        attn += (2 + 3 * drop) * a * s * s * strategy.cp * b / t
     # MLP block: LN input, fc1 input, inner activations (fc1 output, 16-bit, and fc2 input), output dropout mask.
     ffn = model.moe_ffn_hidden_size if moe else model.ffn_hidden_size
     fc1_out = (4 if model.activation == "swiglu" else 2) * s * b * ffn / t  # type: ignore[operator]
@@ -461,24 +464,33 @@ def layer_activation_bytes(run: RunSpec, stage: int) -> float:
     dense_layers, moe_layers = stage_layer_counts(model, s, stage)
     dense_each = stored_activation_bytes_per_layer(run)
     per_chunk = dense_layers * dense_each
-    largest = dense_each if dense_layers else 0.0
     if moe_layers:
-        moe_each = stored_activation_bytes_per_layer(run, moe=True)
-        per_chunk += moe_layers * moe_each
-        largest = max(largest, moe_each)
+        per_chunk += moe_layers * stored_activation_bytes_per_layer(run, moe=True)
     mtp = layout_of(model, s).count(stage, MTP)
     if mtp:  # each MTP layer: one transformer layer plus the concatenated [embedding; hidden] projection input
         mtp_each = stored_activation_bytes_per_layer(run, moe=model.is_moe) + 4 * run.seq_length / s.cp \
             * s.micro_batch_size * model.hidden_size
         per_chunk += mtp * mtp_each
-        largest = max(largest, mtp_each)
     layers = dense_layers + moe_layers + mtp
     held = per_chunk * inflight_chunks(s, stage)
     off = offloaded_layers(run, layers)
     if off <= 0 or layers <= 0:
         return held
-    # Offloaded layers leave HBM for every in-flight micro-batch; one layer's worth stays as the copy buffer.
-    return held * (1 - off / layers) + largest
+    # Offloaded layers leave HBM for every in-flight micro-batch; one layer of one micro-batch stays as the copy
+    # buffer, of the same (average) size the saving counts, so offloading more never adds memory.
+    return held * (1 - off / layers) + per_chunk / layers
+
+
+def unfused_attention_backward_bytes(model: ModelSpec, strategy: Strategy, seq_length: int) -> float:
+    """Score-sized gradients an unfused attention's backward allocates beside its saved probabilities.
+
+    The value matmul's backward writes grad(probabilities) and Transformer Engine's softmax backward a new
+    grad(scores) (TE @d0067d0d pytorch/csrc/extensions/softmax.cpp L183 ``input_grads = torch::empty``), both
+    16-bit ``a/tp x s x s x b``, alive with everything still held when the first backward starts at the peak.
+    Flash attention never materialises them.
+    """
+    s = seq_length / strategy.cp
+    return 2 * 2 * model.num_attention_heads * s * s * strategy.cp * strategy.micro_batch_size / strategy.tp
 
 
 def other_bytes(run: RunSpec, stage: int) -> float:
@@ -497,6 +509,8 @@ def other_bytes(run: RunSpec, stage: int) -> float:
         if dispatcher(run) in ("flex", "hybridep"):
             out += deepep_buffer_bytes(model.hidden_size, s.ep * s.expert_tensor_parallel_size)
     out += userbuffer_bytes(run)
+    if not s.flash_attention and s.recompute == "none":  # (recompute rebuilds the layer: counted below)
+        out += unfused_attention_backward_bytes(model, s, run.seq_length)
     layer_sac = s.recompute == "selective" and run.framework.selective_recompute == "layer"
     if s.recompute == "full" or layer_sac:  # a checkpointed layer's forward is rebuilt in its backward
         out += activation_bytes_per_layer(model, replace(s, recompute="none"), run.seq_length, moe=model.is_moe,
