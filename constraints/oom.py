@@ -18,10 +18,9 @@ import math
 # figure it is compared with (benchmarks/memory.py prints them). Korthikanti et al. 2022 Figure 1's
 # eight activation and four state figures are matched to < 0.1%, but those bars are the paper's own
 # formula; the three measured allocator peaks with complete configs (Megatron-LM's 7B dense and MoE/MLA
-# memory tests on H100, torch allocated_bytes.all.peak) are matched to -1.2%, -0.8% and +0.6%. One sigma is
-# nonetheless 5%:
-# the allocator's fragmentation, which gpu.py does not take off the capacity (no magnitude is
-# published), is an unknown share of that size beside the counted peak.
+# memory tests on H100, torch allocated_bytes.all.peak) are matched to -1.2%, -0.8% and +0.6%. One sigma
+# is nonetheless 5%: the allocator's fragmentation, which gpu.py does not take off the capacity (no
+# magnitude is published), is an unknown share of that size beside the counted peak.
 MEMORY_MODEL_LOG_SIGMA = 0.05
 # Reserve error: hidden capacity 0.6-0.85 GiB, CUDA context 0.47-0.92 GiB and NCCL 1-2 GiB
 # (costmodel/specs/gpu.py): the 2.6 GiB default is uncertain by about 1 GiB, 1.2-1.4% of an 80 GiB part.
