@@ -265,10 +265,12 @@ class StudyOutcome:
 
 
 def study(spec: Mapping[str, Any] | str | Path | Any, out_dir: str | Path, *, n_jobs: int = 1,
-          storage: str | None = None) -> StudyOutcome:
+          storage: str | None = None, backend: str = "loky", scheduler: str | None = None) -> StudyOutcome:
     """Run a study (``docs/run_spec.md``, "Studies"): a mapping, a study file or a ``StudySpec``.
 
     The output folder is created (or resumed when an earlier run of the same study made it).
+    ``backend="dask"`` with a ``scheduler`` address runs the problems on that dask cluster
+    (``studies/backends.py``).
     """
     from studies.runner import run_study
     from studies.spec import StudySpec, load_study, study_from_mapping
@@ -279,7 +281,7 @@ def study(spec: Mapping[str, Any] | str | Path | Any, out_dir: str | Path, *, n_
         spec = load_study(spec)
     elif not isinstance(spec, StudySpec):
         raise SpecError("study", type(spec).__name__, "a StudySpec, a mapping of study fields or a path to a study")
-    summary = run_study(spec, out_dir, storage=storage, n_jobs=n_jobs)
+    summary = run_study(spec, out_dir, storage=storage, n_jobs=n_jobs, backend=backend, scheduler=scheduler)
     return StudyOutcome(out_dir=summary.out_dir, results=summary.results, searched=summary.searched,
                         elapsed_s=summary.elapsed_s)
 

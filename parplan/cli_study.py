@@ -17,6 +17,7 @@ from typing import Any
 from parplan._argtypes import jobs, positive_int, positive_number
 from parplan._json import dumps
 from parplan._interrupt import resumable
+from studies.backends import BACKENDS, INSTALL_HINT
 
 EXIT_OK, EXIT_USAGE, EXIT_UNFINISHED = 0, 2, 1
 """130 = 128 + SIGINT, what shells report for a command ended by Ctrl-C."""
@@ -39,8 +40,14 @@ def register(subparsers: Any) -> None:
     run.add_argument("--storage", metavar="URL", default=None,
                      help="database URL shared with workers, e.g. postgresql://user:pw@host/db "
                           "(default: sqlite file DIR/study.db)")
-    run.add_argument("--n-jobs", type=jobs, default=1, metavar="N", help="problems searched in parallel "
-                                                                        "(-1: one per CPU; default 1)")
+    run.add_argument("--n-jobs", type=jobs, default=None, metavar="N",
+                     help="problems searched in parallel (-1: one per CPU, or every dask worker thread; "
+                          "default 1 with loky, -1 with dask)")
+    run.add_argument("--backend", choices=BACKENDS, default="loky",
+                     help="loky: processes on this machine (default); dask: the workers of a running dask "
+                          f"scheduler (--scheduler; {INSTALL_HINT}), which need the study's --storage")
+    run.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                     help="the dask scheduler of --backend dask, e.g. tcp://10.0.0.5:8786")
     run.add_argument("--claim-ttl", type=positive_number, default=None, metavar="S", help=argparse.SUPPRESS)
     run.add_argument("--json", action="store_true", help="print only JSON: counts, elapsed_s, out_dir, results")
     run.set_defaults(func=cmd_run)
@@ -99,19 +106,24 @@ def _progress_stream(args: argparse.Namespace) -> io.StringIO | None:
 
 @resumable
 def cmd_run(args: argparse.Namespace) -> int:
-    from studies.claims import DEFAULT_TTL_S
-    from studies.runner import run_study
+    from studies.backends import check_backend
+
+    check_backend(args.backend, args.scheduler)  # flags first, before the study and the search are imported
     from studies.spec import load_study
 
     spec = load_study(args.study_file)
-    if args.n_jobs == 0 or args.n_jobs < -1:
+    n_jobs = args.n_jobs if args.n_jobs is not None else (-1 if args.backend == "dask" else 1)
+    if n_jobs == 0 or n_jobs < -1:
         from costmodel.specs.errors import SpecError
 
-        raise SpecError("n-jobs", args.n_jobs, "a positive integer or -1")
+        raise SpecError("n-jobs", n_jobs, "a positive integer or -1")
     out = _out_dir(args, spec)
-    summary = run_study(spec, out, storage=args.storage, n_jobs=args.n_jobs,
+    from studies.claims import DEFAULT_TTL_S
+    from studies.runner import run_study
+
+    summary = run_study(spec, out, storage=args.storage, n_jobs=n_jobs,
                         ttl_s=DEFAULT_TTL_S if args.claim_ttl is None else args.claim_ttl,
-                        stream=_progress_stream(args))
+                        stream=_progress_stream(args), backend=args.backend, scheduler=args.scheduler)
     if args.json:
         from studies.store import redact
 

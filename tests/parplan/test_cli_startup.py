@@ -12,8 +12,8 @@ import pytest
 
 from parplan import cli
 
-HEAVY = ("numpy", "sklearn", "optuna", "sqlalchemy", "matplotlib", "torch", "pandas", "parplan.api", "search",
-         "studies", "costmodel.specs")
+HEAVY = ("numpy", "sklearn", "optuna", "sqlalchemy", "matplotlib", "torch", "pandas", "distributed", "parplan.api",
+         "search", "studies.spec", "studies.runner", "studies.store", "costmodel.specs")
 """``costmodel.specs`` (YAML catalogs, ~0.1 s) is allowed where a command's flags use its error type."""
 _PROBE = """
 import json, sys

@@ -1,0 +1,91 @@
+"""Where a study's problems run: joblib's process pool on this machine, or an existing dask cluster.
+
+``loky`` (the default) is joblib's reusable process pool: one pool for the
+whole run, whose worker processes keep the fitted predictors and the storage
+connections they loaded from one problem to the next. ``dask`` hands the same
+tasks to a running ``distributed`` scheduler through joblib's dask backend
+(``pip install 'parplan[dask]'``); its workers need this package, the profile
+and the study's storage (use a shared ``--storage postgresql://...`` when they
+run on other machines: the default SQLite file lives in the output folder).
+The PostgreSQL ``parplan study worker`` processes are a third way, apart from
+this module.
+
+Nothing here imports ``distributed`` until a dask run asks for it, so that
+parsing ``parplan study run`` stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+from costmodel.specs.errors import SpecError
+
+BACKENDS: Final = ("loky", "dask")
+CONNECT_TIMEOUT_S: Final = 10.0
+"""How long a dask run waits to reach its scheduler before the run fails (nothing is written before)."""
+INSTALL_HINT: Final = "pip install 'parplan[dask]'"
+
+
+def check_backend(backend: str, scheduler: str | None) -> None:
+    """Refuse an unknown backend, a scheduler without dask, dask without a scheduler (one-line ``SpecError``)."""
+    if backend not in BACKENDS:
+        raise SpecError("backend", backend, f"one of {', '.join(BACKENDS)}")
+    if backend == "dask" and not scheduler:
+        raise SpecError("scheduler", scheduler, "a dask scheduler address such as tcp://host:8786 with backend dask")
+    if backend != "dask" and scheduler is not None:
+        raise SpecError("scheduler", scheduler, "only with backend dask (the loky pool runs on this machine)")
+
+
+@contextmanager
+def study_backend(backend: str, scheduler: str | None = None) -> Iterator[dict[str, Any]]:
+    """Connect to the backend and yield the ``joblib.Parallel`` settings its tasks run under.
+
+    Raises
+    ------
+    SpecError
+        If the backend is unknown, dask is asked for but ``distributed`` is not installed, or the
+        scheduler cannot be reached within :data:`CONNECT_TIMEOUT_S`.
+    """
+    check_backend(backend, scheduler)
+    if backend == "loky":
+        yield {"backend": "loky"}
+        return
+    client = _connect(str(scheduler))
+    try:
+        from joblib import parallel_config
+
+        with parallel_config(backend="dask", client=client):
+            yield {}  # the backend comes from parallel_config, with its client
+    finally:
+        client.close()
+
+
+def _connect(scheduler: str) -> Any:
+    """A ``distributed.Client`` of ``scheduler``."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise SpecError("backend", "dask", f"loky, or dask once distributed is installed ({INSTALL_HINT})") from None
+    from distributed.comm import parse_address
+    from distributed.comm.addressing import parse_host_port
+    from distributed.comm.registry import backends as schemes
+
+    allowed = "a dask scheduler address SCHEME://HOST:PORT"
+    try:  # checked before a Client exists: one made of a bad address hangs ~20 s when collected
+        scheme, location = parse_address(scheduler)
+        if scheme != "inproc":  # inproc://... (a cluster in this process) has no port
+            parse_host_port(location)
+    except ValueError as exc:
+        raise SpecError("scheduler", scheduler, f"{allowed} ({_first_line(exc)})") from None
+    if scheme not in schemes:
+        raise SpecError("scheduler", scheduler, f"{allowed}, SCHEME one of {', '.join(sorted(schemes))}")
+    try:
+        return Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:  # refused, unresolvable, timed out
+        raise SpecError("scheduler", scheduler, f"a running dask scheduler ({_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
