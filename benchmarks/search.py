@@ -10,12 +10,22 @@ and the cold TPE time of one problem are reported separately.
 
 Usage: ``python benchmarks/search.py [--json] [--jobs N] [--only NAME ...]``
 (not run in CI: the sweeps take minutes).
+
+``--profile [NAME]`` (default ``70b-h100-256``) instead profiles one problem's exhaustive sweep in
+this process, for the design of the vectorised evaluation (issue 18): the time per strategy of
+building the objects (``Strategy`` from the space, ``RunSpec``), rules + memory
+(``constraints.check``), operator timing (``prewarm``, a fresh timer), ``predict_step`` and the
+``Evaluation`` records; the strategies/s of the whole sweep (``run_search(sampler="exhaustive")``,
+one process, fresh timer); and the cProfile top functions of the sweep.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import sys
 import time
 from dataclasses import dataclass
@@ -26,9 +36,13 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from constraints import check  # noqa: E402
+from costmodel.llm.step import predict_step, throughput  # noqa: E402
 from costmodel.specs import get_gpu, get_model  # noqa: E402
+from costmodel.specs.gpu import GiB  # noqa: E402
+from costmodel.timing import OperatorTimer  # noqa: E402
 from search import Evaluator, SearchProblem, build_space, run_search  # noqa: E402
-from search.objective import search_timer  # noqa: E402
+from search.objective import Evaluation, prewarm, search_timer  # noqa: E402
 from search.result import strategy_label  # noqa: E402
 
 TRIALS = (50, 100, 200)
@@ -97,7 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON only")
     parser.add_argument("--jobs", type=int, default=-1, help="processes for the sweeps (default: all CPUs)")
     parser.add_argument("--only", nargs="*", default=None, help="case names to run")
+    parser.add_argument("--profile", nargs="?", const=PROFILE_CASE, default=None, metavar="NAME",
+                        help=f"profile one problem's exhaustive sweep instead (default {PROFILE_CASE})")
+    parser.add_argument("--top", type=int, default=25, help="cProfile functions shown with --profile")
     args = parser.parse_args(argv)
+    if args.profile is not None:
+        return profile_main(args.profile, args.top, args.json)
     cases = [c for c in CASES if args.only is None or c.name in args.only]
     rows = []
     start = time.perf_counter()
@@ -115,6 +134,95 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"TPE within 2% after 200 trials: {hit}/{len(gaps)} problems "
               f"({'target met' if summary['target_met'] else 'target missed'}); total {summary['total_s']:.0f} s")
+    return 0
+
+
+# -- where the time of an exhaustive sweep goes (issue 18's design) -------------------------------
+PROFILE_CASE = "70b-h100-256"
+PROFILE_EVERY = 10
+"""cProfile runs over every 10th strategy of the space (its overhead doubles the time; the mix is the same)."""
+
+
+def _fresh_timer(problem: SearchProblem) -> OperatorTimer:
+    """A timer on the shared fitted predictors with nothing memoised: a sweep's first evaluation."""
+    shared = search_timer(problem.gpu)
+    return OperatorTimer(shared.gpu, shared.predictors, reference=shared.reference)
+
+
+def time_split(problem: SearchProblem) -> dict[str, Any]:
+    """CPU seconds of each phase of one cold sweep, as ``Evaluator.evaluate_many`` runs them, phase by phase.
+
+    CPU time of this process (one BLAS thread), not wall time: the figures hold on a shared machine.
+    """
+    clock = time.process_time
+    t0 = clock()
+    space = build_space(problem)
+    strategies = list(space)
+    t1 = clock()
+    runs = [problem.run(s) for s in strategies]
+    t2 = clock()
+    verdicts = [check(run, problem.memory_margin) for run in runs]
+    t3 = clock()
+    feasible = [(s, run, v) for s, run, v in zip(strategies, runs, verdicts) if v.fits]
+    timer = _fresh_timer(problem)
+    prewarm([run for _, run, _ in feasible], timer)
+    t4 = clock()
+    steps = [predict_step(run, timer) for _, run, _ in feasible]
+    t5 = clock()
+    for (s, run, v), step in zip(feasible, steps):
+        rates = throughput(run, step.step_time_s)
+        Evaluation(s, (), float(v.peak_memory_gib), float(v.usable_bytes / GiB), float(step.step_time_s),
+                   float(rates["tokens_per_s_per_gpu"]), float(rates["mfu"]),
+                   tuple((k, float(val)) for k, val in step.breakdown.items()))
+    t6 = clock()
+    n, f = len(strategies), len(feasible)
+    phases = {"space and Strategy objects": (t1 - t0, n), "RunSpec objects": (t2 - t1, n),
+              "rules + memory (check)": (t3 - t2, n), "operator timing (prewarm, cold)": (t4 - t3, f),
+              "predict_step": (t5 - t4, f), "throughput + Evaluation records": (t6 - t5, f)}
+    return {"strategies": n, "feasible": f, "total_s": t6 - t0,
+            "phases": {k: {"s": sec, "per": per, "us_per": 1e6 * sec / per if per else None}
+                       for k, (sec, per) in phases.items()}}
+
+
+def profile_main(name: str, top: int, as_json: bool) -> int:
+    cases = {c.name: c for c in CASES}
+    if name not in cases:
+        print(f"error: --profile: {name[:80]!r} is not a case; one of {', '.join(cases)}", file=sys.stderr)
+        return 2
+    problem = cases[name].problem()
+    with threadpool_limits(limits=1):
+        search_timer(problem.gpu)  # load and fit the profile outside the timings
+        split = time_split(problem)
+        evaluator = Evaluator(problem, timer=_fresh_timer(problem))
+        cpu = time.process_time()
+        sweep = run_search(problem, sampler="exhaustive", n_jobs=1, evaluator=evaluator)
+        sweep_cpu = time.process_time() - cpu
+        sampled = list(build_space(problem))[::PROFILE_EVERY]
+        profiler = cProfile.Profile()
+        profiler.enable()
+        Evaluator(problem, timer=_fresh_timer(problem)).evaluate_many(sampled)
+        profiler.disable()
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(top)
+    n = len(sweep.evaluations)
+    out = {"case": name, "split": split, "sweep_s": sweep.elapsed_s, "sweep_cpu_s": sweep_cpu, "sweep_strategies": n,
+           "strategies_per_s": n / sweep.elapsed_s, "strategies_per_cpu_s": n / sweep_cpu,
+           "cprofile_strategies": len(sampled), "cprofile": stream.getvalue()}
+    if as_json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{name}: {split['strategies']} strategies, {split['feasible']} fit; one cold pass phase by phase "
+          f"{split['total_s']:.1f} CPU s")
+    for phase, row in split["phases"].items():
+        per = "-" if row["us_per"] is None else f"{row['us_per']:.1f}"
+        feasible_only = "feasible " if row["per"] == split["feasible"] != split["strategies"] else ""
+        print(f"  {phase:<34} {row['s']:7.2f} CPU s {per:>8} us per {feasible_only}strategy")
+    print(f"exhaustive sweep (run_search, 1 process, fresh timer): {n} strategies in {out['sweep_s']:.1f} s wall, "
+          f"{sweep_cpu:.1f} CPU s = {out['strategies_per_s']:.0f} strategies/s wall, "
+          f"{out['strategies_per_cpu_s']:.0f} per CPU s")
+    print(f"cProfile of Evaluator.evaluate_many over every {PROFILE_EVERY}th strategy ({len(sampled)}, fresh timer), "
+          f"top {top} by own time:")
+    print(out["cprofile"])
     return 0
 
 
