@@ -37,7 +37,9 @@ def change_cpu_ranks(graph: Graph, factor: float, cores: int | None) -> Graph:
     ``gloo::allreduce``, a segmented ring (reduce-scatter, then all-gather; gloo/allreduce.cc @1d9e62af),
     which sends ``2(n-1)/n`` of the bytes per rank like NCCL's ring. On one rank there is nothing to
     synchronise: the collective and the operators on its flat bucket (the copies into and out of it,
-    the division by the world size) go, as in the miniature's one-rank program. The ranks' work then
+    the division by the world size) go, as in the miniature's one-rank program. With fewer ranks than
+    the graph holds, ranks ``new`` and up leave the matched collectives: a rank waits only for the
+    slowest of the ranks the job keeps (on one, for none). The ranks' work then
     shares the cores anew: every operator and gap of a rank (the
     interpreter's time to a step's end marker too) x slicing(new) / slicing(old).
     """
@@ -45,11 +47,12 @@ def change_cpu_ranks(graph: Graph, factor: float, cores: int | None) -> Graph:
     new = max(1, round(old * factor))
     stretch = time_slicing(new, cores) / time_slicing(old, cores)
     if new == 1:
-        for step_index in range(len(graph.steps)):
-            scale_gradient_bucket(graph, step_index, 0.0)
+        _drop_synchronisation(graph)
     for node in graph.nodes:
         if node.kind == "gpu":
             continue
+        if node.collective is not None and node.rank >= new:
+            node.collective = None  # fewer ranks: the first ``new`` of the recording stand for the job's
         if node.collective is not None:
             op, size = _collective_op(node.name), node.collective[0]
             if op is not None and op != "send_recv" and size > 1:
@@ -73,3 +76,17 @@ def scale_gradient_bucket(graph: Graph, step_index: int, factor: float) -> None:
     for node in inside:
         if node.collective is not None or node.elements in buckets:
             node.dur *= factor
+            node.tail *= factor  # a bucket operator that waited for the collective: its time after it
+
+
+def _drop_synchronisation(graph: Graph) -> None:
+    """One rank: the collectives, the operators on their buckets and the waits for them take no time."""
+    for step_index in range(len(graph.steps)):
+        scale_gradient_bucket(graph, step_index, 0.0)
+    dropped = {i for i, n in enumerate(graph.nodes) if n.kind == "cpu" and n.collective is not None}
+    for index in dropped:
+        graph.nodes[index].latency = 0.0  # no work queued for a worker to pick up
+    for node in graph.nodes:
+        if node.kind == "cpu" and dropped.intersection(node.waits):
+            node.waits = [w for w in node.waits if w not in dropped]
+            node.tail = 0.0 if not node.waits else node.tail  # its own time is its dur again, without a wake-up
