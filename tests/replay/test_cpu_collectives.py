@@ -126,3 +126,11 @@ def test_layer_blocks_take_every_per_layer_sequence_but_not_a_per_tensor_loop(tm
     assert sorted((len(b), len(b[0])) for b in blocks) == [(3, 4), (3, 5), (3, 6)]
     added = simulate(apply_what_if(graph, parse_what_if("layers=+1"))).iterations[0].replayed_s
     assert added - simulate(graph).iterations[0].replayed_s == pytest.approx((4 + 5 + 6) * 11e-6, abs=1e-9)
+
+
+def test_one_rank_no_longer_waits_for_a_slower_peer(tmp_path):
+    """Rank 1 computes 200 us longer; on one rank rank 0's step is its own work: linear, gaps, markers."""
+    graph = _graph(tmp_path, [_rank_events(300.0, 5.0, 800.0), _rank_events(500.0, 5.0, 800.0)])
+    single = [it for it in simulate(change_group_size(graph, 0.5, cores=2)).iterations if it.rank == 0]
+    own = 5 + 300 + 2 + 2 + 2  # gap, linear, the gaps before the (dropped) cat, c10d call and the step's end
+    assert single[0].replayed_s == pytest.approx(own * 1e-6, abs=1e-9)
