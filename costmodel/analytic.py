@@ -139,11 +139,25 @@ def noncausal_time_factor(seq: int) -> float:
 # OperatorTimer). Derived from published figures and the table alone; checked out of sample on Zhang
 # et al. 2025's A100 FlashAttention-2 measurements (benchmarks/training_kernels.py, 4071 non-causal
 # rows): forward MAPE 23.2% -> 12.8% and median error +17% -> +6% against the same pipeline without
-# it. Not applied to Hopper and newer tables: they hold FlashAttention-3 or FlashInfer kernels, for
+# it. H100 is brought to cuDNN's level (below); newer tables hold FlashInfer or TRT-LLM kernels, for
 # which no published training-kernel figures are used here.
 FA2_LEVEL_DEVICES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "a100-sxm4-80gb": (_FA2_A100_SEQ, _FA2_A100_CAUSAL),
 }
+# The built-in H100 table (aiconfigurator-core prefill kernels) runs at FlashAttention-3's level: its
+# causal forward at the configuration below is 580-620 TFLOP/s at 16k, FA3's published 616. Training
+# frameworks on H100 do not run FA3: Transformer Engine (Megatron-Core, NeMo, Megatron-Bridge) picks
+# cuDNN fused attention on Hopper ("Disabling FlashAttention to give FusedAttention preference on
+# Hopper+ for performance reasons", github.com/NVIDIA/TransformerEngine
+# transformer_engine/pytorch/attention/dot_product_attention/utils.py get_attention_backend), and
+# PyTorch SDPA (torchtitan, FSDP scripts) runs FlashAttention-2, slower still. The H100 table is
+# therefore brought to cuDNN's published causal forward throughput, head dim 128, batch 16k / seq,
+# 16 heads (FlashAttention-3 paper, arXiv 2407.08608, Fig. 5 as Dao-AILab/flash-attention
+# assets/flash3_fp16_fwd.png; docs/hardware_and_formulas.md section 4c): the faster of the two
+# training kernels, so runs on SDPA stay a lower bound.
+_CUDNN_H100_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+_CUDNN_H100_CAUSAL = (315, 410, 484, 518, 529, 539)
+FA2_LEVEL_DEVICES["h100-sxm5-80gb"] = (_CUDNN_H100_SEQ, _CUDNN_H100_CAUSAL)
 FA2_LEVEL_HEADS = 16
 FA2_LEVEL_HEAD_DIM = 128
 FA2_LEVEL_TOKENS = 16384
@@ -165,6 +179,18 @@ def fa2_parallelism_factor(batch_heads: Any) -> np.ndarray:
     return 1.0 / (1.0 + FA2_PARALLELISM_PAIRS / pairs)
 
 
+# Devices whose level factors carry ``fa2_parallelism_factor``: it was derived against
+# FlashAttention-2 measurements on A100 alone (above); the H100 cuDNN level is applied without it.
+FA2_PARALLELISM_DEVICES = frozenset({"a100-sxm4-80gb"})
+
+
+def level_parallelism_factor(device: str, batch_heads: Any) -> np.ndarray:
+    """``fa2_parallelism_factor`` on ``FA2_PARALLELISM_DEVICES``, 1 elsewhere."""
+    if device in FA2_PARALLELISM_DEVICES:
+        return fa2_parallelism_factor(batch_heads)
+    return np.ones_like(np.asarray(batch_heads, dtype=float))
+
+
 def fa2_level_factors(device: str, causal_seconds: Any) -> np.ndarray | None:
     """Per README sequence length, FlashAttention-2 time / (table time x parallelism factor); None without figures.
 
@@ -183,7 +209,7 @@ def fa2_level_factors(device: str, causal_seconds: Any) -> np.ndarray | None:
     heads = np.full_like(seqs, FA2_LEVEL_HEADS)
     table = np.asarray(causal_seconds(batch, seqs, heads, heads, np.full_like(seqs, FA2_LEVEL_HEAD_DIM)), float)
     flops = 2.0 * batch * seqs * seqs * FA2_LEVEL_HEADS * FA2_LEVEL_HEAD_DIM  # causal forward
-    return flops / (causal_tflops * 1e12) / (table * fa2_parallelism_factor(batch * heads))
+    return flops / (causal_tflops * 1e12) / (table * level_parallelism_factor(device, batch * heads))
 
 
 def fa2_level_factor(device: str, factors: np.ndarray, seq: float) -> float:

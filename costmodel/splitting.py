@@ -73,3 +73,25 @@ def attention_pieces(shape: Sequence[int], ranges: Range) -> tuple[float, tuple[
     piece = (math.ceil(batch / batch_pieces), seq, math.ceil(heads / head_pieces),
              max(1, math.ceil(kv_heads / head_pieces)), *shape[4:])
     return batch * heads / (piece[0] * piece[2]), piece
+
+
+def attention_long_sequence(shape: Sequence[int], ranges: Range) -> tuple[float, tuple[int, ...]] | None:
+    """``(scale, piece shape)`` of a causal attention op whose sequence exceeds the table.
+
+    The piece is the op at the table's in-range sequence edge (``max seq_len x RANGE_MARGIN``),
+    its batch and heads split further by ``attention_pieces`` where they too exceed the table;
+    ``scale`` is the op's work over the piece's (``s^2`` per (batch, head) pair). That holds the
+    kernel's FLOP efficiency at the edge: a flash-attention kernel at long sequences is
+    compute-bound with its efficiency flat in sequence length (FlashAttention-2 README, A100 causal
+    fwd+bwd 182 -> 189 TFLOP/s from 8k to 16k, a rise of 4% per doubling; so holding it is a lower
+    bound on the efficiency), and the time is continuous at the table's edge. None when the
+    sequence is inside the table.
+    """
+    seq = int(shape[1])
+    edge = int(ranges["seq_len"][1] * RANGE_MARGIN)
+    if seq <= edge:
+        return None
+    clipped = (int(shape[0]), edge, *(int(v) for v in shape[2:]))
+    split = attention_pieces(clipped, ranges)
+    scale, piece = split if split is not None else (1.0, clipped)
+    return scale * (seq / edge) ** 2, piece

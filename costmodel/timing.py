@@ -30,7 +30,7 @@ from costmodel.analytic import (
     attention_roofline_seconds,
     fa2_level_factor,
     fa2_level_factors,
-    fa2_parallelism_factor,
+    level_parallelism_factor,
     gemm_roofline_seconds,
     memory_kind,
     memory_op_seconds,
@@ -40,7 +40,7 @@ from costmodel.analytic import (
 from costmodel.comm.collectives import link_figures
 from costmodel.comm.formulas import single_domain_seconds
 from costmodel.ops import Op
-from costmodel.splitting import attention_pieces, gemm_pieces
+from costmodel.splitting import attention_long_sequence, attention_pieces, gemm_pieces
 from costmodel.specs.gpu import GPU_FIELDS, GPUSpec
 
 SOURCE_PROFILE = "profile"
@@ -55,9 +55,10 @@ NOTE_GEMM_BWD = (f"backward GEMMs (dgrad, wgrad): forward-layout table time x {B
                  "the backward/forward efficiency ratio measured on A100 by Zhang et al. 2025")
 NOTE_HEAD_DIM = ("attention head dim outside the table's sampled head dims: timed at the nearest sampled head dim "
                  "x the FlashAttention-2 per-head-dim efficiency (costmodel.analytic)")
-NOTE_FA2_LEVEL = ("attention: the built-in table's causal prefill kernel brought to FlashAttention-2's published "
-                  "throughput by sequence length and to its measured batch x heads dependence "
-                  "(costmodel.analytic.FA2_LEVEL_DEVICES, FA2_PARALLELISM_PAIRS)")
+NOTE_FA2_LEVEL = ("attention: the built-in table's causal prefill kernel brought to the published throughput of "
+                  "the training kernel by sequence length (FlashAttention-2 on A100, with its measured batch x heads "
+                  "dependence; cuDNN fused attention on H100) (costmodel.analytic.FA2_LEVEL_DEVICES, "
+                  "FA2_PARALLELISM_PAIRS)")
 # GPUSpec attributes a profile's measured times depend on (the ones a what-if scales them by).
 _MEASURED_FIGURES = ("peak_flops", "hbm_bandwidth_bytes_per_s", "intra_node_bandwidth_bytes_per_s",
                      "intra_node_latency_s")
@@ -211,7 +212,8 @@ class OperatorTimer:
         return hit
 
     def _attention_splits(self, shapes: np.ndarray, in_range: np.ndarray) -> dict[int, tuple[float, str, int]]:
-        """Out-of-range attention shapes timed as in-range pieces over batch and heads, by index.
+        """Out-of-range attention shapes timed as in-range pieces over batch and heads (and, past the
+        table's longest sequence, at its edge: ``attention_long_sequence``), by index.
 
         Each entry: seconds, note, and the piece's (batch x heads) pairs.
         """
@@ -220,7 +222,8 @@ class OperatorTimer:
             return {}
         ranges = sampled("attention_fwd")
         plans = {int(index): plan for index in np.flatnonzero(~in_range)
-                 if (plan := attention_pieces(tuple(int(v) for v in shapes[index]), ranges)) is not None}
+                 if (plan := attention_pieces(shape := tuple(int(v) for v in shapes[index]), ranges)
+                     or attention_long_sequence(shape, ranges)) is not None}
         assert self.predictors is not None
         return {index: (sec, f"attention (batch, seq, heads, kv_heads, head_dim)={tuple(int(v) for v in shapes[index])} "
                              f"lies beyond the attention table's range: timed as {scale:.3g} x the in-range piece {piece}",
@@ -406,7 +409,7 @@ class OperatorTimer:
             if level is not None:
                 notes += (NOTE_FA2_LEVEL,)
                 sec = (sec * fa2_level_factor(self.predictors.profile.device, level, op.shape[1])
-                       * float(fa2_parallelism_factor(pairs)))
+                       * float(level_parallelism_factor(self.predictors.profile.device, pairs)))
             if d != d_ref:
                 notes += (NOTE_HEAD_DIM,)
                 sec = sec * attention_head_dim_time_factor(d, d_ref)

@@ -51,14 +51,16 @@ def stage_ops_key(run: RunSpec, stage: int) -> tuple[Any, ...]:
     """Everything ``stage_ops(run, stage)`` depends on: equal keys give equal operator lists.
 
     The model, the sequence length, the strategy fields ``costmodel.llm.decompose``
-    reads (recompute as the framework's policy, ``costmodel.llm.recompute``; its RoPE
-    fusion), the stage's (dense, MoE) layer counts, and the embedding, MTP layers and loss it
-    holds (``PipelineLayout.rank_key``; a stage's index does not matter). dp, the global batch,
-    ZeRO and the overlap switches shape no operator; pp and vpp only through the layer counts.
+    reads (cp_comm_type for the p2p ring's attention kernels; recompute as the framework's policy,
+    ``costmodel.llm.recompute``; its RoPE fusion), the stage's (dense, MoE) layer counts, and the
+    embedding, MTP layers and loss it holds (``PipelineLayout.rank_key``; a stage's index does not
+    matter). dp, the global batch, ZeRO and the overlap switches shape no operator; pp and vpp only
+    through the layer counts.
     """
     s = run.strategy
-    return (run.model, run.seq_length, s.tp, s.cp, s.ep, s.micro_batch_size, s.sequence_parallel,
-            recompute_policy(run), s.precision, s.flash_attention, stage_layer_counts(run.model, s, stage),
+    return (run.model, run.seq_length, s.tp, s.cp, s.cp_comm_type, s.ep, s.micro_batch_size,
+            s.sequence_parallel, recompute_policy(run), s.precision, s.flash_attention,
+            stage_layer_counts(run.model, s, stage),
             layout_of(run.model, s).rank_key(stage)[1:], moe.ops_key(run), run.framework.rope_fusion,
             run.framework.attention_kernel)
 

@@ -25,11 +25,11 @@ Megatron-Core passes it (``--cp-comm-type``):
   ``reorder_seq_chunks_for_a2a_*``' ``movedim(...).contiguous()`` and ``index_select``; the same
   three the other way after the attention): ``A2A_LAYOUT_COPIES`` streaming copies on the GPU.
 
-Exposed time is everything beyond the attention the stage already books (the whole-sequence
-causal kernel over ``1/cp`` of the work, ``costmodel.llm.decompose``): for ``p2p`` the
-transfers' excess over the steps beside them, plus the step kernels' excess over the booked
-kernel where the smaller chunks run slower (never less: a chunk timed faster than its share is
-table noise, and must not hide a transfer). Compute beside an NCCL
+Exposed time is everything beyond the attention the stage already books
+(``costmodel.llm.decompose``): for ``p2p`` the stage books the ring's own step kernels, each at
+its chunk's efficiency, so what shows is the transfers' excess over the steps beside them and the
+merges; ``all_gather`` and ``a2a`` book the whole-sequence causal kernel over ``1/cp`` of the
+work. Compute beside an NCCL
 kernel is slowed by ``NCCL_COMPUTE_SLOWDOWN``. The attention core stays bf16 under FP8 recipes,
 so K/V travel in bf16. Sliding-window layers are priced like full layers (TE runs them only
 with ``all_gather`` or ``a2a``).
@@ -91,7 +91,7 @@ def _seconds(timer: OperatorTimer, op: Op) -> float:
 
 
 def _booked(run: RunSpec, timer: OperatorTimer, family: str) -> float:
-    """The attention the stage books per layer: the whole-sequence causal kernel x 1/cp."""
+    """Attention a stage books per layer outside the ``p2p`` ring: the whole-sequence causal kernel x 1/cp."""
     s, m = run.strategy, run.model
     heads, kv = _heads(run, s.tp)
     return _seconds(timer, _attention(family, s.micro_batch_size, run.seq_length, heads, kv, m.head_dim,  # type: ignore[arg-type]
@@ -136,12 +136,9 @@ def _p2p_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, for
             comms = [send] * (cp - 1) + [0.0]
         else:  # K/V out, then K/V and the running dK/dV, then dK/dV back
             comms = [send] + [2 * send] * (cp - 2) + [send]
-        # The transfers' excess over the steps they run beside, plus the step kernels' excess over
-        # the booked whole-sequence kernel; chunks timed faster than their share of the whole are
-        # table noise (as in costmodel.llm.tp_comm), so they do not hide the transfers.
-        alone = sum(steps)
-        ring = p2p_ring_seconds(steps, comms) - alone + max(0.0, alone - _booked(run, timer, family)) \
-            + ring_merge_seconds(run, timer, forward)
+        # The transfers' excess over the steps they run beside.
+        # The stage already books these step kernels (costmodel.llm.decompose._ring_attention_chunks).
+        ring = p2p_ring_seconds(steps, comms) - sum(steps) + ring_merge_seconds(run, timer, forward)
         total += (forward_passes if forward else 1) * ring
     return total
 

@@ -116,8 +116,35 @@ def _dropout_residual(name: str, x: LayerShape, model: ModelSpec) -> list[Op]:
     return ops
 
 
+def _ring_attention_chunks(x: LayerShape, name: str) -> list[Op]:
+    """Causal attention of one rank of the load-balanced ``p2p`` context-parallel ring, as its kernels.
+
+    The sequence is cut into 2 x cp chunks and rank r holds chunks r and 2cp-1-r (L = s / cp tokens).
+    Transformer Engine runs one flash-attention call per ring step (context_parallel.py
+    ``AttnFuncWithCPAndKVP2P``): step 0 is causal over the rank's own L tokens; each of the cp - 1
+    other steps is non-causal with half of one side (all L queries against one received KV chunk,
+    or the second query chunk against all L keys), the work of two full (L/2 x L/2) squares. Each
+    kernel therefore runs at the efficiency of its own, smaller shape, not of the whole sequence's.
+    Together they do 1/cp of the causal work.
+    """
+    chunk = max(1, x.seq // (2 * x.cp))
+    width = x.head_dim + x.v_head_dim
+    ops: list[Op] = []
+    for seq, causal, count in ((2 * chunk, 1, 1.0), (chunk, 0, 2.0 * (x.cp - 1))):
+        fwd = 2.0 * x.batch * seq * seq * x.heads * width * (0.5 if causal else 1.0)
+        shape = (x.batch, seq, x.heads, x.kv_heads, x.head_dim, causal)
+        moved = BF16 * x.batch * seq * (x.q_width + x.o_width + x.kv_width + x.v_width)
+        suffix = "" if causal else "_ring"
+        ops += [Op(f"{name}.fwd{suffix}", "attention_fwd", "fwd", shape, fwd, moved, "bf16", count),
+                Op(f"{name}.bwd{suffix}", "attention_bwd", "bwd", shape, 2 * fwd, 2 * moved, "bf16", count)]
+    return ops
+
+
 def _attention_core(x: LayerShape, strategy: Strategy, name: str = "attention") -> list[Op]:
-    """Causal self-attention on this GPU's heads; with cp the GPU does 1/cp of the causal work."""
+    """Causal self-attention on this GPU's heads; with cp the GPU does 1/cp of the causal work
+    (the ``p2p`` ring as its per-step kernels, ``_ring_attention_chunks``)."""
+    if strategy.flash_attention and x.cp > 1 and strategy.cp_comm_type == "p2p":
+        return _ring_attention_chunks(x, name)
     if strategy.flash_attention:
         fwd = 2.0 * x.batch * x.seq * x.seq * x.heads * (x.head_dim + x.v_head_dim) * 0.5
         shape = (x.batch, x.seq, x.heads, x.kv_heads, x.head_dim, 1)

@@ -72,7 +72,8 @@ class _Stub:
                 "num_kv_heads": (1.0, 16.0), "head_dim": (128.0, 128.0), "tokens": (128.0, 1e6)}
 
 
-def _timer(device: str = "h100-sxm5-80gb", **profile: Any) -> OperatorTimer:
+# The stub profile's default device has no published training-kernel level (FA2_LEVEL_DEVICES).
+def _timer(device: str = "b200", **profile: Any) -> OperatorTimer:
     return OperatorTimer(get_gpu("h100-sxm5-80gb"), _Stub(_Profile(device, **profile)))  # type: ignore[arg-type]
 
 
@@ -125,10 +126,11 @@ def test_attention_beyond_the_table_heads_is_timed_as_head_groups():
     assert any("timed as 2.86 x the in-range piece (2, 2048, 14, 3, 128)" in note for note in timed.notes)
 
 
-def test_attention_beyond_the_table_sequence_is_not_split():
+def test_attention_beyond_the_table_sequence_is_not_split_but_timed_at_the_edge_sequence():
     op = Op("attention.fwd", "attention_fwd", "fwd", (1, 32768, 40, 8, 128, 1), 1.0, 1.0, "bf16")
     timed = _timer().time_ops([op])
-    assert timed.sources == [SOURCE_ROOFLINE]
+    assert timed.sources == [SOURCE_PROFILE]  # no longer the fixed-fraction roofline
+    assert any("in-range piece (1, 20480, 14, 3, 128" in note for note in timed.notes)  # the sequence is never cut
 
 
 @pytest.mark.parametrize("head_dim", [64, 80, 104, 256])
@@ -182,7 +184,7 @@ def test_fa2_level_factors_compare_published_and_table_throughput():
     factors = fa2_level_factors(A100, readme_speed)
     # ... beyond undoing the parallelism factor at the README's own batch x heads (16 heads, 16384 tokens)
     assert factors is not None and np.allclose(factors * fa2_parallelism_factor(16 * 16384 / seqs), 1.0)
-    assert fa2_level_factors("h100-sxm5-80gb", readme_speed) is None
+    assert fa2_level_factors("b200", readme_speed) is None
     assert fa2_level_factor(A100, np.linspace(0.5, 1.0, 6), 100) == pytest.approx(0.5)  # clamped below 512
 
 
@@ -294,3 +296,46 @@ def test_a_measured_collective_follows_the_overridden_link():
     plain, wide, quick = seconds({}), seconds({"intra_node_bandwidth_GBps": 900}), seconds({"intra_node_latency_us": 1})
     assert wide[1] < 0.6 * plain[1] and wide[0] == pytest.approx(plain[0], rel=0.05)  # bandwidth: large messages
     assert quick[0] < 0.8 * plain[0] and quick[1] == pytest.approx(plain[1], rel=0.01)  # latency: small ones
+
+
+def test_h100_level_is_cudnn_published_throughput_without_the_a100_parallelism_factor():
+    # A table running exactly at cuDNN's published causal TFLOP/s (FA3 paper Fig. 5) needs no correction
+    # on H100, and no A100-derived (batch x heads) factor is folded into its level.
+    seqs = np.array([512, 1024, 2048, 4096, 8192, 16384], dtype=float)
+    tflops = dict(zip(seqs, [315, 410, 484, 518, 529, 539], strict=True))
+
+    def cudnn_speed(batch: Any, seq: Any, heads: Any, kv_heads: Any, head_dim: Any) -> np.ndarray:
+        rate = np.array([tflops[s] for s in np.asarray(seq, dtype=float)]) * 1e12
+        return 2.0 * batch * seq * seq * heads * head_dim / rate
+
+    factors = fa2_level_factors("h100-sxm5-80gb", cudnn_speed)
+    assert factors is not None and np.allclose(factors, 1.0)
+    few = Op("attention.fwd", "attention_fwd", "fwd", (1, 2048, 4, 4, 128, 1), 1.0, 1.0, "bf16")
+    many = Op("attention.fwd", "attention_fwd", "fwd", (8, 2048, 8, 8, 128, 1), 1.0, 1.0, "bf16")
+    plain = _timer().time_ops([few, many]).seconds
+    builtin = _timer("h100-sxm5-80gb").time_ops([few, many])
+    assert NOTE_FA2_LEVEL in builtin.notes
+    assert builtin.seconds[0] / plain[0] == pytest.approx(builtin.seconds[1] / plain[1])
+
+
+def _causal(seq: int, batch: int = 2, heads: int = 8) -> Op:
+    return Op("attention.fwd", "attention_fwd", "fwd", (batch, seq, heads, heads, 128, 1),
+              2.0 * batch * seq * seq * heads * 128, 1.0, "bf16")
+
+
+def test_attention_past_the_longest_sequence_keeps_the_edge_efficiency_and_is_continuous():
+    timer = _timer()
+    edge = int(16384 * 1.25)  # the stub's longest seq_len x RANGE_MARGIN: the last in-range sequence
+    inside, past, far = timer.time_ops([_causal(edge), _causal(edge + 64), _causal(8 * edge)]).seconds
+    assert past / inside == pytest.approx(((edge + 64) / edge) ** 2)  # no jump at the edge
+    assert far / inside == pytest.approx(64.0)  # time grows with the work, s^2
+    timed = timer.time_ops([_causal(8 * edge)])
+    assert timed.sources == [SOURCE_PROFILE] and not any("roofline" in note for note in timed.notes)
+
+
+def test_attention_past_the_longest_sequence_and_the_heads_splits_both():
+    seconds = _timer().time_ops([_causal(40960, heads=40)]).seconds[0]
+    edge = int(16384 * 1.25)
+    # 40 heads -> pieces of 14 heads at the edge sequence, scaled by heads and by (s / edge)^2
+    piece = 2.0 * 2 * edge * edge * 14 * 128 / 1.5e14
+    assert seconds == pytest.approx(piece * 40 / 14 * (40960 / edge) ** 2)
