@@ -26,6 +26,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -249,20 +250,26 @@ def search_plans(spec: DLRMSpec, cluster: ClusterSpec, rank_seconds: RankSeconds
     return PlanSearchResult(best, starts, len(evaluate.cache), time.monotonic() - started, screened=screen)
 
 
-def parplan_rank_times(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan) -> list[dict[str, float]]:
+def parplan_rank_times(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan,
+                       **model: Any) -> list[dict[str, float]]:
     """Each rank's critical path from parplan's DLRM cost model (``costmodel.recsys.step.plan_step_seconds``),
-    as ``{component: seconds, ..., "total": seconds}`` per rank (``total`` includes the exposed communication)."""
+    as ``{component: seconds, ..., "total": seconds}`` per rank (``total`` includes the exposed communication).
+
+    ``model``: ``plan_step_seconds``'s keywords (``lookup_model``, ``caches``: a fitted lookup profile and
+    the caches it was fitted with; ``pipelined``; ``timer``).
+    """
     from costmodel.recsys.step import plan_step_seconds
 
     return [{"lookup_fwd": r.lookup_fwd_s, "lookup_bwd": r.lookup_bwd_s, "dense_fwd": r.dense_fwd_s,
              "dense_bwd": r.dense_bwd_s, "dense_optimizer": r.dense_optimizer_s, "exposed_comm": r.exposed_comm_s,
-             "total": r.total_s} for r in plan_step_seconds(spec, cluster, plan).ranks]
+             "total": r.total_s} for r in plan_step_seconds(spec, cluster, plan, **model).ranks]
 
 
-def parplan_rank_seconds(spec: DLRMSpec, cluster: ClusterSpec) -> RankSeconds:
-    """:data:`RankSeconds` of parplan's DLRM cost model (the total of :func:`parplan_rank_times`)."""
+def parplan_rank_seconds(spec: DLRMSpec, cluster: ClusterSpec, **model: Any) -> RankSeconds:
+    """:data:`RankSeconds` of parplan's DLRM cost model (the total of :func:`parplan_rank_times`, same
+    ``model`` keywords)."""
     def evaluate(plan: ShardingPlan) -> np.ndarray:
-        return np.array([r["total"] for r in parplan_rank_times(spec, cluster, plan)])
+        return np.array([r["total"] for r in parplan_rank_times(spec, cluster, plan, **model)])
 
     return evaluate
 

@@ -101,14 +101,24 @@ def table_shards(table: EmbeddingTable, kind: str, ranks: tuple[int, ...], world
 
 @lru_cache(maxsize=65536)
 def _rank_lookups(shards: tuple[LookupShard, ...], states: tuple[float, ...], dp_rows: tuple[float, ...],
-                  caches: CacheLevels, model: Any, bandwidth: float, sector: float) -> tuple[float, float, float]:
-    """Forward and backward (+ sparse optimizer) seconds and unique rows of one rank's shards."""
+                  caches: CacheLevels, model: Any, bandwidth: float, sector: float,
+                  backward_model: Any = None) -> tuple[float, float, float]:
+    """Forward and backward (+ sparse optimizer) seconds and unique rows of one rank's shards.
+
+    The backward is ``backward_model``'s fitted time where there is one (a kernel whose backward is not
+    FBGEMM's fused one, e.g. autograd's sparse gradient), else the fused backward's traffic at the
+    forward's efficiency.
+    """
     columns = lookup_columns(shards, caches)
     fwd = np.asarray(model.predict(columns), dtype=float)
     eff = efficiency(model, columns, bandwidth, sector)
     # data-parallel (dense-kernel) tables also write a dense gradient and step the whole table
-    bwd_bytes = backward_bytes(columns, sector, np.array(states)) + np.array(dp_rows)
-    return float(fwd.sum()), float(np.sum(bwd_bytes / (bandwidth * eff))), float(columns[:, 4].sum())
+    dense = np.array(dp_rows) / (bandwidth * eff)
+    if backward_model is not None:
+        bwd = np.asarray(backward_model.predict(columns), dtype=float) + dense
+    else:
+        bwd = backward_bytes(columns, sector, np.array(states)) / (bandwidth * eff) + dense
+    return float(fwd.sum()), float(bwd.sum()), float(columns[:, 4].sum())
 
 
 @lru_cache(maxsize=64)
@@ -123,7 +133,7 @@ def _default_timer(cluster: ClusterSpec) -> OperatorTimer:
 
 def plan_step_seconds(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, *, lookup_model: Any = None,
                       timer: OperatorTimer | None = None, pipelined: bool = True,
-                      caches: CacheLevels | None = None) -> StepBreakdown:
+                      caches: CacheLevels | None = None, backward_model: Any = None) -> StepBreakdown:
     """Per-rank times and the step time of ``spec`` trained on ``cluster`` with ``plan``.
 
     Parameters
@@ -138,6 +148,10 @@ def plan_step_seconds(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, 
     caches : CacheLevels, optional
         The caches the lookup columns are computed for (those ``lookup_model`` was fitted with); the
         catalog GPU's L2 by default.
+    backward_model : object with ``predict(columns) -> seconds``, optional
+        The lookup backward + sparse optimizer step fitted on the same columns (a measured profile of a
+        kernel that is not FBGEMM's fused TBE); the fused backward's traffic at the forward's
+        efficiency when None.
 
     Raises
     ------
@@ -177,7 +191,7 @@ def plan_step_seconds(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, 
             continue
         shards, states, dp_rows = zip(*entries)
         lookups.append(_rank_lookups(tuple(shards), tuple(states), tuple(dp_rows), caches, lookup_model,
-                                     bandwidth, sector))
+                                     bandwidth, sector, backward_model))
     dense = _dense(spec, spec.batch_size // world, timer or _default_timer(cluster))
     notes += dense.notes
     comm = comm_times(spec, cluster, plan, dense_params(spec))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from constraints.recsys_memory import plan_memory
 from costmodel.recsys.plan import ShardingPlan, TableSharding
@@ -73,3 +74,16 @@ def test_same_seed_same_plan():
     runs = [search_plans(spec, CLUSTER, proxy_rank_seconds(spec, CLUSTER), n_trials=5, local_evaluations=30, seed=7)
             for _ in range(2)]
     assert runs[0].best.plan == runs[1].best.plan
+
+
+def test_parplan_rank_seconds_prices_with_the_lookup_model_it_is_given():
+    from costmodel.recsys.plan import uniform_plan
+    from costmodel.recsys.step import plan_step_seconds
+    from search.recsys_search import parplan_rank_seconds
+
+    spec, cluster = _random_spec(12), CLUSTER
+    plan = uniform_plan(spec, cluster.num_gpus, "table_wise")
+    serial = parplan_rank_seconds(spec, cluster, pipelined=False)(plan)
+    expected = [r.total_s for r in plan_step_seconds(spec, cluster, plan, pipelined=False).ranks]
+    assert list(serial) == pytest.approx(expected)
+    assert max(serial) > max(parplan_rank_seconds(spec, cluster)(plan))

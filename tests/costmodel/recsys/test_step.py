@@ -88,3 +88,26 @@ def test_a_gpu_without_a_known_l2_says_no_cache_is_modelled():
     cluster = ClusterSpec(gpu=gpu, num_gpus=8, gpus_per_node=8)
     notes = " ".join(plan_step_seconds(SPEC, cluster, uniform_plan(SPEC, 8, "table_wise")).notes)
     assert "no L2 size known for unlisted-gpu" in notes
+
+
+class _PerShard:
+    """A lookup model of fixed seconds per shard (``hbm_bandwidth_bytes_per_s`` and ``sector`` as fitted ones have)."""
+
+    hbm_bandwidth_bytes_per_s = 3350e9
+    sector = 32
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def predict(self, columns):
+        import numpy as np
+
+        return np.full(len(columns), self.seconds)
+
+
+def test_a_fitted_backward_model_prices_the_backward_instead_of_the_fused_traffic():
+    plan = uniform_plan(SPEC, 8, "table_wise")  # rank 1 holds one 'small' table
+    fused = plan_step_seconds(SPEC, CLUSTER, plan, lookup_model=_PerShard(1e-4))
+    fitted = plan_step_seconds(SPEC, CLUSTER, plan, lookup_model=_PerShard(1e-4), backward_model=_PerShard(3e-3))
+    assert fitted.ranks[1].lookup_bwd_s == pytest.approx(3e-3)
+    assert fused.ranks[1].lookup_bwd_s != pytest.approx(3e-3)
