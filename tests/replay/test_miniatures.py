@@ -125,11 +125,17 @@ def test_gloo_ranks_are_linked_matched_and_replayed(two_ranks):
     assert len(steps) >= 4 and replayed == pytest.approx(measured, rel=0.10)
 
 
+def _window(graph):
+    """Rank 0's replayed steps summed: one step's matched transfer can be near zero (a peer preempted at the
+    wrong moment), so an ordering of single fastest steps is noise; over the window every edit shows."""
+    return sum(it.replayed_s for it in simulate(graph).iterations if it.rank == 0)
+
+
 def test_dp_edits_of_a_gloo_trace_move_the_step_the_physical_way(two_ranks):
-    base = _fastest(two_ranks)
-    one = _fastest(apply_what_if(two_ranks, parse_what_if("dp=0.5x,cores=2")))
-    four = _fastest(apply_what_if(two_ranks, parse_what_if("dp=2x,cores=2")))
-    four_cores = _fastest(apply_what_if(two_ranks, parse_what_if("dp=2x,cores=4")))
+    base = _window(two_ranks)
+    one = _window(apply_what_if(two_ranks, parse_what_if("dp=0.5x,cores=2")))
+    four = _window(apply_what_if(two_ranks, parse_what_if("dp=2x,cores=2")))
+    four_cores = _window(apply_what_if(two_ranks, parse_what_if("dp=2x,cores=4")))
     seen = f"one {one:.6f} base {base:.6f} four on 4 cores {four_cores:.6f} four on 2 {four:.6f}; {two_ranks.unplaced}"
     assert one < base < four_cores < four, seen  # no sync < 2 ranks < 4 ranks on own cores < 4 ranks on 2 cores
     assert four > 1.9 * one, seen  # 4 ranks on 2 cores: at least the work, time-sliced twice
