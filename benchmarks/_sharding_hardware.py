@@ -2,7 +2,8 @@
 
 - memory bandwidth: the best of a few ``numpy`` copies of a 256 MiB array (read + write bytes / time);
 - all-to-all: ``torch.distributed.all_to_all_single`` on ``world`` gloo processes at 64 KiB and 16 MiB per
-  rank; the two points give a latency and a bandwidth (bytes each rank sends / time);
+  rank, the fastest of a few in process CPU time (the miniatures' clock); the two points give a latency
+  and a bandwidth (bytes each rank sends / time);
 - compute: the best of a few fp32 matmuls (for the miniatures' tiny dense part only).
 
 No figure is taken from a datasheet: the catalog GPU the spec is built from (H100 SXM) only supplies the
@@ -12,6 +13,7 @@ fields the miniatures never exercise, and every field they do exercise is replac
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import socket
 import time
@@ -55,10 +57,10 @@ def _a2a_worker(rank: int, world: int, port: int, sizes: list[int], repeats: int
         times = []
         for _ in range(repeats + 1):
             dist.barrier()
-            start = time.perf_counter()
+            start = time.process_time()  # CPU time, as the miniatures are timed (waiting for a core left out)
             dist.all_to_all_single(recv, send)
-            times.append(time.perf_counter() - start)
-        out.append(float(np.median(times[1:])))
+            times.append(time.process_time() - start)
+        out.append(float(np.min(times[1:])))
     if rank == 0:
         queue.put(out)
     dist.destroy_process_group()
@@ -91,3 +93,64 @@ def cpu_cluster(world: int) -> ClusterSpec:
         intra_node_latency_s=latency, gpus_per_node=world, nvlink_domain_size=world,
         inter_node_bandwidth_bytes_per_s=link, inter_node_latency_s=latency, sources=())
     return ClusterSpec(gpu=gpu, num_gpus=world, gpus_per_node=world)
+
+
+LOOKUP_DESIGN = {"rows": (3000, 10**4, 3 * 10**4, 10**5, 3 * 10**5), "dims": (8, 16, 32, 64),
+                 "poolings": (1, 4, 16, 40)}
+"""The lookup grid timed on this CPU for the miniatures (their tables: 10^3.5-10^5.5 rows, dim 16-64 split
+column-wise down to 8, pooling 1-40), x the three distributions of ``costmodel.profiling.embedding``."""
+
+
+def _backward_seconds(point, rng: np.random.Generator, repeats: int = 5) -> float:
+    """Fastest thread-clock seconds of the miniature's backward of one lookup: autograd's sparse gradient
+    of ``EmbeddingBag(sparse=True)`` and the sparse SGD update (``_sharding_miniature.sparse_sgd_update``)."""
+    import torch
+
+    from benchmarks._sharding_miniature import sparse_sgd_update
+    from costmodel.profiling.embedding import draw_ids
+
+    module = torch.nn.EmbeddingBag(point.rows, point.dim, mode="sum", sparse=True)
+    count = point.batch * point.pooling
+    ids = torch.from_numpy(draw_ids(point.distribution, point.rows, count, rng))
+    offsets = torch.arange(0, count, point.pooling, dtype=torch.int64)
+    grad = torch.randn(point.batch, point.dim)
+    best = math.inf
+    for _ in range(repeats + 1):
+        out = module(ids, offsets)
+        start = time.thread_time_ns()
+        out.backward(grad)
+        sparse_sgd_update(module)
+        best = min(best, (time.thread_time_ns() - start) * 1e-9)
+    return best
+
+
+def cpu_lookup_profile(batch: int, rounds: int = 3, seed: int = 0):
+    """This CPU's lookup profile: ``(forward, backward, caches)``, two ``EmbeddingBagPredictor``s fitted on
+    EmbeddingBag forwards and on the miniature's backward + sparse SGD, timed here over
+    :data:`LOOKUP_DESIGN` (``batch`` bags each), and the caches read from sysfs.
+
+    The forward is the fit ``parplan profile run --ops embedding_bag`` + ``lookup_model_from_profile`` give,
+    on the miniatures' table sizes. The backward is measured too because the miniature's (autograd's
+    sparse gradient: one gradient row per lookup, sorted and summed, then the update) is not the fused
+    FBGEMM backward the cost model's traffic formula describes. Both miniature cost models and the search
+    get them through ``plan_step_seconds(lookup_model=..., backward_model=..., caches=...)``.
+    """
+    import torch
+
+    from costmodel.profiling.embedding import DISTRIBUTIONS, cpu_caches, grid, time_points
+    from costmodel.recsys.embedding import CPU_LINE_BYTES, EmbeddingBagPredictor
+    from costmodel.recsys.lookup_fit import CPU_NOMINAL_BANDWIDTH, TimedLookup, columns
+
+    points = grid(LOOKUP_DESIGN["rows"], LOOKUP_DESIGN["dims"], LOOKUP_DESIGN["poolings"], batch)
+    timed = [TimedLookup(DISTRIBUTIONS[p.distribution], p.rows, p.dim, p.pooling, p.batch, m.min_s)
+             for p, m in time_points(points, rounds=rounds, seed=seed)]
+    caches = cpu_caches()
+    X = columns(timed, caches, aware=True)
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(seed)
+    backward = np.array([_backward_seconds(p, rng) for p in points])
+
+    def predictor():
+        return EmbeddingBagPredictor(hbm_bandwidth_bytes_per_s=CPU_NOMINAL_BANDWIDTH, sector=CPU_LINE_BYTES)
+
+    return predictor().fit(X, np.array([t.seconds for t in timed])), predictor().fit(X, backward), caches

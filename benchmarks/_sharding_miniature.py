@@ -2,7 +2,9 @@
 
 ``measure_plans`` starts ``world`` gloo processes on this machine and times one training step of the
 embedding part for each plan, round-robin over the plans so that load drift on a shared machine hits
-them alike. A step does what TorchRec's sharded EmbeddingBagCollection does (torchrec/distributed:
+them alike. Each plan's step is the critical path of CPU time (``critical_cpu_seconds``): on a shared
+2-core machine the wall clock mostly measures waiting for a core; the fastest wall-clock step is kept
+too. A step does what TorchRec's sharded EmbeddingBagCollection does (torchrec/distributed:
 ``KJTAllToAll`` input distribution, local ``EmbeddingBag`` lookups, ``PooledEmbeddingsAllToAll``
 output distribution, and the reverse all-to-all of the gradients in the backward):
 
@@ -64,6 +66,13 @@ def _shards(table: MiniTable, kind: str, ranks: tuple[int, ...], world: int) -> 
     return [(r, i * block, max(0, min(block, table.rows - i * block)), table.dim) for i, r in enumerate(ranks)]
 
 
+def sparse_sgd_update(module) -> None:
+    """SGD on an ``EmbeddingBag(sparse=True)``'s gradient: the touched rows only (coalesced first)."""
+    if module.weight.grad is not None:
+        module.weight.data.add_(module.weight.grad.coalesce(), alpha=-0.01)
+        module.weight.grad = None
+
+
 def _worker(rank: int, world: int, port: int, tables: list[MiniTable], plans: list[dict], batch: int,
             steps: int, warmup: int, seed: int, queue) -> None:
     import torch
@@ -92,7 +101,8 @@ def _worker(rank: int, world: int, port: int, tables: list[MiniTable], plans: li
                                                 first, rows)
         return modules, dp
 
-    def step(plan: dict, modules: dict, dp: dict) -> None:
+    def step(plan: dict, modules: dict, dp: dict, marks: list[float]) -> None:
+        marks.append(time.process_time())
         # 1. input distribution: per destination, for each of its shards in a fixed order, lengths then ids
         send_len: list[list[torch.Tensor]] = [[] for _ in range(world)]
         send_ids: list[list[torch.Tensor]] = [[] for _ in range(world)]
@@ -127,6 +137,7 @@ def _worker(rank: int, world: int, port: int, tables: list[MiniTable], plans: li
         dist.all_to_all_single(recv_ids, torch.cat([torch.cat(x) if x else torch.empty(0, dtype=torch.long)
                                                     for x in send_ids]),
                                output_split_sizes=recv_id_counts.tolist(), input_split_sizes=id_in)
+        marks.append(time.process_time())
         # 2. lookups: my shards, in the senders' order; each source sent [my shards...] for its local batch
         my_shards = [(name, index, cols, kind) for (name, index, r, cols, kind) in order if r == rank]
         lens_by_src = torch.split(recv_len, len_out_sizes)
@@ -147,6 +158,7 @@ def _worker(rank: int, world: int, port: int, tables: list[MiniTable], plans: li
             lengths = torch.cat(per_shard_lens[(name, index)])
             offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)[:-1]])
             outputs[(name, index)] = module(torch.cat(per_shard_ids[(name, index)]), offsets)
+        marks.append(time.process_time())
         # 3. output distribution: source s gets rows [s*local, (s+1)*local) of each of my outputs
         send_out = [torch.cat([outputs[(n, i)][s * local:(s + 1) * local].reshape(-1) for (n, i, _, _) in my_shards])
                     if my_shards else torch.empty(0) for s in range(world)]
@@ -157,8 +169,10 @@ def _worker(rank: int, world: int, port: int, tables: list[MiniTable], plans: li
                                input_split_sizes=out_in)
         # 4. backward: the dense part's gradient comes back along the same path, reversed
         grad = torch.randn(recv_out.numel(), generator=grad_rng)
+        marks.append(time.process_time())
         grad_back = torch.empty(sum(out_in))
         dist.all_to_all_single(grad_back, grad, output_split_sizes=out_in, input_split_sizes=want)
+        marks.append(time.process_time())
         pieces = torch.split(grad_back, out_in)
         grads = {key: torch.empty_like(out) for key, out in outputs.items()}
         for s in range(world):
@@ -169,10 +183,9 @@ def _worker(rank: int, world: int, port: int, tables: list[MiniTable], plans: li
                 offs += size
         if outputs:
             torch.autograd.backward(list(outputs.values()), [grads[k] for k in outputs])
-        for module, _, _ in modules.values():  # sparse SGD (the fused optimizer's row update)
-            if module.weight.grad is not None:
-                module.weight.data.add_(module.weight.grad.coalesce(), alpha=-0.01)
-                module.weight.grad = None
+        for module, _, _ in modules.values():
+            sparse_sgd_update(module)
+        marks.append(time.process_time())
         for name, module in dp.items():
             table = next(t for t in tables if t.name == name)
             flat = ids[name][mine]
@@ -181,29 +194,55 @@ def _worker(rank: int, world: int, port: int, tables: list[MiniTable], plans: li
             dist.all_reduce(module.weight.grad)
             module.weight.data.add_(module.weight.grad, alpha=-0.01)
             module.weight.grad = None
+        marks.append(time.process_time())
 
     built = [build(plan) for plan in plans]
-    times = [[] for _ in plans]
+    wall: list[list[float]] = [[] for _ in plans]
+    phases: list[list[np.ndarray]] = [[] for _ in plans]
     for iteration in range(warmup + steps):
         for index, plan in enumerate(plans):
+            marks: list[float] = []
             dist.barrier()
             start = time.perf_counter()
-            step(plan, *built[index])
+            step(plan, *built[index], marks)
             dist.barrier()
             if iteration >= warmup:
-                times[index].append(time.perf_counter() - start)
-    if rank == 0:
-        queue.put([float(np.median(t)) for t in times])
+                wall[index].append(time.perf_counter() - start)
+                phases[index].append(np.diff(marks))
+    queue.put((rank, [float(np.min(t)) for t in wall], np.array(phases)))
     dist.destroy_process_group()
 
 
-def measure_plans(tables: list[MiniTable], plans: list[dict], world: int, batch: int, steps: int = 8,
-                  warmup: int = 2, seed: int = 0) -> list[float]:
-    """Median measured step seconds of each plan (``{table: (sharding_type, ranks)}``) on ``world`` gloo ranks."""
+@dataclass(frozen=True)
+class Measured:
+    """Each plan's step: ``cpu_s``, the critical path of CPU time (per step, the sum over the phases of the
+    busiest rank's CPU seconds in it; the fastest step), and ``wall_s``, the fastest wall-clock step."""
+
+    cpu_s: list[float]
+    wall_s: list[float]
+
+
+def critical_cpu_seconds(phases: np.ndarray) -> np.ndarray:
+    """Per plan, the fastest step's sum over phases of the busiest rank's CPU seconds.
+
+    ``phases[rank, plan, step, phase]``: a collective ends when its last rank has done its part, so each
+    phase of a step lasts as long as its busiest rank works in it; on a machine with a core per rank and
+    no other load that is the step's wall time. Process CPU time (the gloo threads included) does not
+    count the time a rank waits for a core, which on a shared 2-core machine is most of the wall time.
+    """
+    return phases.max(axis=0).sum(axis=-1).min(axis=-1)
+
+
+def measure_plans(tables: list[MiniTable], plans: list[dict], world: int, batch: int, steps: int = 12,
+                  warmup: int = 2, seed: int = 0) -> Measured:
+    """Each plan's (``{table: (sharding_type, ranks)}``) measured step on ``world`` gloo ranks, over ``steps``
+    interleaved rounds."""
     import torch.multiprocessing as mp
 
     context = mp.get_context("spawn")
     queue = context.SimpleQueue()
     mp.start_processes(_worker, args=(world, _free_port(), tables, plans, batch, steps, warmup, seed, queue),
                        nprocs=world, join=True, start_method="spawn")
-    return queue.get()
+    reports = sorted((queue.get() for _ in range(world)), key=lambda r: r[0])
+    phases = np.stack([r[2] for r in reports])
+    return Measured(cpu_s=[float(x) for x in critical_cpu_seconds(phases)], wall_s=reports[0][1])

@@ -11,11 +11,15 @@ memory model. Printed: parplan's win rate and median step-time gain over TorchRe
 model, and each method's memory violations under each memory model.
 
 Part 2 (measured): ``--miniatures`` CPU miniatures (default 10): 3 to 5 tables on 2 (or 4) gloo
-processes, each candidate plan timed with real all-to-alls and EmbeddingBags
-(``benchmarks/_sharding_miniature.py``). Both cost models are given this machine's figures (memory
-bandwidth and the gloo all-to-all bandwidth, measured here first) and rank the candidates; printed:
-how often each model's pick is measured best or within 10% of it, and the share of plan pairs each
-orders as measured (Kendall concordance).
+processes, each candidate plan timed with real all-to-alls and EmbeddingBags, interleaved
+(``benchmarks/_sharding_miniature.py``), as the critical path of CPU time (the machine is shared: wall
+time mostly measures waiting for a core; the fastest wall-clock step is printed beside it). Both cost
+models are given this machine's figures, measured here first (``benchmarks/_sharding_hardware.py``:
+memory bandwidth, the gloo all-to-all latency and bandwidth); parplan's also this CPU's lookup profile
+(forward and the miniature's autograd backward + sparse SGD, fitted on the miniatures' table sizes) and
+the serial schedule the miniature runs, and its search prices with that same model. Printed per
+miniature: every plan's measured and predicted times; then how often each model's pick is measured
+best or within 10% of it, and the share of plan pairs each orders as measured (Kendall concordance).
 
 Targets (issue 17): parplan's pick measured best or within 10% in >= 85% of miniatures; parplan's plan
 never infeasible where TorchRec's is feasible.
@@ -150,12 +154,16 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 # -- part 2: measured miniatures ---------------------------------------------------------------------
 def miniature_part(count: int, seed: int) -> dict[str, Any]:
+    from benchmarks._sharding_hardware import cpu_cluster, cpu_lookup_profile
     from benchmarks._sharding_miniature import MiniTable, measure_plans
-    from benchmarks._sharding_hardware import cpu_cluster
 
     rng = np.random.default_rng(seed + 1000)
     cluster_of = {}
     rows = []
+    batch = 2048
+    forward, backward, caches = cpu_lookup_profile(batch)
+    # this CPU's fitted lookup profile; the miniature runs its phases back to back (blocking gloo, no pipeline)
+    cost_model = {"lookup_model": forward, "backward_model": backward, "caches": caches, "pipelined": False}
     for index in range(count):
         world = 4 if index % 5 == 4 else 2
         if world not in cluster_of:
@@ -165,40 +173,45 @@ def miniature_part(count: int, seed: int) -> dict[str, Any]:
         minis = [MiniTable(f"t{i}", rows=int(10 ** rng.uniform(3.5, 5.5)), dim=int(rng.choice([16, 32, 64])),
                            pooling=int(rng.integers(1, 40)), zipf=float(rng.choice([0.0, 1.05, 1.2])))
                  for i in range(n)]
-        batch = 2048
         spec = DLRMSpec(name=f"mini{index}", batch_size=batch, interaction="cat", bottom_mlp=(13, 16), top_mlp=(16, 1),
                         tables=tuple(EmbeddingTable(
                             name=m.name, rows=m.rows, dim=m.dim, pooling_mean=float(m.pooling), optimizer="sgd",
                             access=AccessDistribution(kind="zipf", zipf_exponent=m.zipf) if m.zipf else
                             AccessDistribution()) for m in minis))
-        candidates = candidate_plans(spec, cluster)
-        measured = measure_plans(minis, [{n: (s.sharding_type, s.ranks) for n, s in plan.shardings}
-                                         for plan in candidates.values()], world, batch, seed=seed + index)
-        ours = PlanEvaluator(spec, cluster, parplan_rank_seconds(spec, cluster))
+        ours = PlanEvaluator(spec, cluster, parplan_rank_seconds(spec, cluster, **cost_model))
+        candidates = candidate_plans(spec, cluster, ours.rank_seconds)
+        timing = measure_plans(minis, [{n: (s.sharding_type, s.ranks) for n, s in plan.shardings}
+                                       for plan in candidates.values()], world, batch, seed=seed + index)
+        measured = timing.cpu_s
         predicted = {"parplan": [ours(p)[0] for p in candidates.values()],
                      "torchrec": [torchrec_evaluate(spec, cluster, p).step_seconds for p in candidates.values()]}
         row = {"miniature": spec.name, "world": world, "tables": n, "plans": list(candidates),
-               "measured_s": measured, **{f"{k}_s": v for k, v in predicted.items()}}
+               "measured_s": measured, "measured_wall_s": timing.wall_s, **{f"{k}_s": v for k, v in predicted.items()}}
         best = min(measured)
         for model, values in predicted.items():
             pick = int(np.argmin(values))
             row[f"{model}_pick_within"] = measured[pick] / best - 1
             row[f"{model}_concordance"] = concordance(values, measured)
         rows.append(row)
-        print(f"{spec.name} ({world} ranks, {n} tables): measured {[round(1e3 * m, 1) for m in measured]} ms; "
-              f"parplan pick +{100 * row['parplan_pick_within']:.1f}%, TorchRec pick "
-              f"+{100 * row['torchrec_pick_within']:.1f}%", flush=True)
+        print(f"{spec.name} ({world} ranks, {n} tables): parplan pick +{100 * row['parplan_pick_within']:.1f}%, "
+              f"TorchRec pick +{100 * row['torchrec_pick_within']:.1f}%; per plan measured (CPU critical path, wall) / "
+              "parplan / TorchRec ms:", flush=True)
+        for name, m, w, ours_s, theirs_s in zip(candidates, measured, timing.wall_s, predicted["parplan"],
+                                                predicted["torchrec"]):
+            print(f"    {name:18s} {1e3 * m:7.2f} ({1e3 * w:7.2f}) {1e3 * ours_s:7.2f} {1e3 * theirs_s:7.2f}",
+                  flush=True)
     summary = {model: {"pick_within_10pct": float(np.mean([r[f"{model}_pick_within"] <= TARGET_WITHIN for r in rows])),
                        "mean_concordance": float(np.mean([r[f"{model}_concordance"] for r in rows]))}
                for model in ("parplan", "torchrec")}
     return {"miniatures": rows, "summary": summary}
 
 
-def candidate_plans(spec: DLRMSpec, cluster: Any) -> dict[str, ShardingPlan]:
-    """The plans a miniature times: parplan's pick, TorchRec's, the greedy heuristics and all row-wise."""
+def candidate_plans(spec: DLRMSpec, cluster: Any, rank_seconds: Any) -> dict[str, ShardingPlan]:
+    """The plans a miniature times: parplan's pick (searched with ``rank_seconds``, the cost model the
+    miniature is judged by), TorchRec's, the greedy heuristics and all row-wise."""
     from search.recsys_proposals import uniform_proposals
 
-    found = search_plans(spec, cluster, n_trials=10, seed=0)
+    found = search_plans(spec, cluster, rank_seconds, n_trials=10, seed=0)
     plans = {"parplan": found.best.plan}
     theirs = torchrec_planner_plan(spec, cluster)
     if theirs is not None:
