@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, replace
 
 from costmodel.specs.layout import EMBEDDING, LOSS, MTP, layout_of, stage_layer_counts
-from costmodel.llm.flex_attention import flex_attention_ops
+from costmodel.llm.flex_attention import fa2_share_of_table, flex_attention_ops
 from costmodel.llm.moe import expert_rows, local_tokens
 from costmodel.llm.recompute import layer_recompute_fraction, recompute_policy
 from costmodel.ops import Op, gemm, memory_op
@@ -284,14 +284,15 @@ def shared_expert_ops(x: LayerShape, model: ModelSpec) -> list[Op]:
 
 def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool = False,
               policy: str | None = None, rope_fused: bool = True, expert_fused: bool = True,
-              flex_attention: bool = False) -> list[Op]:
+              flex_attention: bool = False, flex_fa2_share: float = 1.0) -> list[Op]:
     """Operators of one transformer layer for one micro-batch on one GPU (fwd, bwd, recompute).
 
     ``policy`` is the run's recomputation policy (``costmodel.llm.recompute.recompute_policy``);
     None: Megatron's meaning of ``strategy.recompute``. ``rope_fused``: the framework's
     ``rope_fusion`` (one streaming kernel, ``rope_fused``; otherwise eager ops, ``rope``).
     ``expert_fused``: the framework's ``moe_expert_fusion`` (``_moe``). ``flex_attention``: the
-    framework's ``attention_kernel`` is ``flex`` (``costmodel.llm.flex_attention``).
+    framework's ``attention_kernel`` is ``flex`` (``costmodel.llm.flex_attention``), timed against
+    FlashAttention-2's share ``flex_fa2_share`` of the GPU's table (``fa2_share_of_table``).
     """
     if policy is None:
         policy = "megatron" if strategy.recompute == "selective" else strategy.recompute
@@ -304,7 +305,8 @@ def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool =
         ops += _elementwise("rope_fused" if rope_fused else "rope", _rope_elements(x, model), 1, 1, 1, 1)
     core = _attention_cores(x, model, strategy)
     if flex_attention:
-        core = flex_attention_ops(core, model.sliding_window, model.attention_sinks, x.tokens * x.o_width)
+        core = flex_attention_ops(core, model.sliding_window, model.attention_sinks, x.tokens * x.o_width,
+                                  flex_fa2_share)
     ops += core
     ops += _linear("out_proj", x, n=x.hidden, k=x.o_width)
     ops += _dropout_residual("attn", x, model)
@@ -413,13 +415,15 @@ def stage_ops(run: RunSpec, stage: int) -> list[Op]:
     model, s, seq = run.model, run.strategy, run.seq_length
     dense, moe = stage_layer_counts(model, s, stage)
     policy = recompute_policy(run)
+    flex_share = fa2_share_of_table(run.cluster.gpu.name, seq)
     ops: list[Op] = []
     for layers, is_moe in ((dense, False), (moe, True)):
         if layers:
             ops += [_scaled(op, layers) for op in layer_ops(model, s, seq, moe=is_moe, policy=policy,
                                                              rope_fused=run.framework.rope_fusion,
                                                              expert_fused=run.framework.moe_expert_fusion,
-                                                             flex_attention=run.framework.attention_kernel == "flex")]
+                                                             flex_attention=run.framework.attention_kernel == "flex",
+                                                             flex_fa2_share=flex_share)]
     layout = layout_of(model, s)  # the embedding, MTP layers and loss where the pipeline layout puts them
     if layout.count(stage, EMBEDDING):
         ops += embedding_ops(model, s, seq)

@@ -22,7 +22,9 @@ from __future__ import annotations
 from statistics import NormalDist
 
 from costmodel.llm.decompose import layer_ops
+from costmodel.llm.flex_attention import fa2_share_of_table
 from costmodel.llm.recompute import recompute_policy
+from costmodel.ops import Op
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
 
@@ -50,6 +52,14 @@ def launch_exposed_s(kernels: float, gpu_s: float, launch_s: float = LAUNCH_S_PE
     return max(0.0, kernels * launch_s - gpu_s)
 
 
+def _layer_ops(run: RunSpec, moe: bool) -> list[Op]:
+    """One layer's operators as ``costmodel.llm.decompose.stage_ops`` builds them for ``run``'s framework."""
+    return layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run),
+                     rope_fused=run.framework.rope_fusion, expert_fused=run.framework.moe_expert_fusion,
+                     flex_attention=run.framework.attention_kernel == "flex",
+                     flex_fa2_share=fa2_share_of_table(run.cluster.gpu.name, run.seq_length))
+
+
 def kernels_per_layer(run: RunSpec, moe: bool = False) -> tuple[int, int]:
     """(forward, backward incl. recompute) kernels of one transformer layer of ``run``.
 
@@ -57,8 +67,7 @@ def kernels_per_layer(run: RunSpec, moe: bool = False) -> tuple[int, int]:
     attention is one launch); real layers launch a few more (casts, bias), so this is a
     lower bound on the issue time.
     """
-    ops = layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run),
-                    rope_fused=run.framework.rope_fusion, expert_fused=run.framework.moe_expert_fusion)
+    ops = _layer_ops(run, moe)
     forward = sum(1 for op in ops if op.phase == "fwd")
     return forward, len(ops) - forward
 
@@ -75,9 +84,7 @@ def layer_launch_exposed_s(run: RunSpec, timer: OperatorTimer, dense_layers: flo
             key = ("launch_exposed", run.model, run.seq_length, run.strategy, run.framework, moe)
             hit = timer.stage_memo.get(key)
             if hit is None:
-                ops = layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run),
-                    rope_fused=run.framework.rope_fusion, expert_fused=run.framework.moe_expert_fusion)
-                timed = timer.time_ops(ops)
+                timed = timer.time_ops(_layer_ops(run, moe))
                 fwd_kernels, bwd_kernels = kernels_per_layer(run, moe)
                 hit = timer.stage_memo[key] = (
                     launch_exposed_s(fwd_kernels, timed.total(("fwd",)))
