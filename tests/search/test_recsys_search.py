@@ -49,7 +49,9 @@ def test_infeasible_plans_get_no_time_and_report_how_far_they_miss():
 
     evaluate = PlanEvaluator(spec, CLUSTER, rank_seconds)
     step, over, ranks = evaluate(ShardingPlan.from_dict(8, {"big": TableSharding("table_wise", (0,))}))
-    assert math.isinf(step) and over > 20 and ranks is None and not calls
+    # the weights alone (400e6 x 64 fp32 = 95.4 GiB) exceed the whole HBM, so at least that much is over
+    weights_over_gib = (400_000_000 * 64 * 4 - CLUSTER.gpu.hbm_capacity_bytes) / 2**30
+    assert math.isinf(step) and over > weights_over_gib and ranks is None and not calls
 
 
 def test_a_table_no_gpu_holds_is_split_by_the_search():
