@@ -14,8 +14,8 @@ distribution x rows stratum its share, spread over dim and pooling) and prints t
 then the held-out residuals of the aware model by distribution, rows, dim and pooling. Each split is
 repeated over ``--seeds`` seeds; the mean and the worst are printed.
 
-Timing: ``--passes`` full passes over the grid, one after another (about a minute each), each cell the fastest of ``--rounds``
-shuffled rounds per pass on the thread's CPU clock (``costmodel.profiling.embedding``); a cell keeps its
+Timing: ``--passes`` full passes over the grid, one after another (a minute or more each), each cell the
+fastest of ``--rounds`` shuffled rounds per pass on the thread's CPU clock (``costmodel.profiling.embedding``); a cell keeps its
 fastest pass. On a shared machine a busy spell (another process on the sibling core, memory traffic)
 slows a whole pass by up to 2x, and the thread clock does not see it; the fastest of several passes is
 the least disturbed. The noise floor (``repeat_mape``: the fastest of the first half of the passes
