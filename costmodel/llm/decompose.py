@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, replace
 
 from costmodel.specs.layout import EMBEDDING, LOSS, MTP, layout_of, stage_layer_counts
+from costmodel.llm.fa2_attention import fa2_attention_ops
 from costmodel.llm.flex_attention import fa2_share_of_table, flex_attention_ops
 from costmodel.llm.moe import expert_rows, local_tokens
 from costmodel.llm.recompute import layer_recompute_fraction, recompute_policy
@@ -284,7 +285,8 @@ def shared_expert_ops(x: LayerShape, model: ModelSpec) -> list[Op]:
 
 def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool = False,
               policy: str | None = None, rope_fused: bool = True, expert_fused: bool = True,
-              flex_attention: bool = False, flex_fa2_share: float = 1.0) -> list[Op]:
+              flex_attention: bool = False, flex_fa2_share: float = 1.0,
+              fa2_device: str | None = None) -> list[Op]:
     """Operators of one transformer layer for one micro-batch on one GPU (fwd, bwd, recompute).
 
     ``policy`` is the run's recomputation policy (``costmodel.llm.recompute.recompute_policy``);
@@ -293,6 +295,8 @@ def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool =
     ``expert_fused``: the framework's ``moe_expert_fusion`` (``_moe``). ``flex_attention``: the
     framework's ``attention_kernel`` is ``flex`` (``costmodel.llm.flex_attention``), timed against
     FlashAttention-2's share ``flex_fa2_share`` of the GPU's table (``fa2_share_of_table``).
+    ``fa2_device``: the framework's ``attention_kernel`` is ``fa2``, on this GPU's table
+    (``costmodel.llm.fa2_attention``).
     """
     if policy is None:
         policy = "megatron" if strategy.recompute == "selective" else strategy.recompute
@@ -307,6 +311,8 @@ def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool =
     if flex_attention:
         core = flex_attention_ops(core, model.sliding_window, model.attention_sinks, x.tokens * x.o_width,
                                   flex_fa2_share)
+    elif fa2_device is not None:
+        core = fa2_attention_ops(core, fa2_device)
     ops += core
     ops += _linear("out_proj", x, n=x.hidden, k=x.o_width)
     ops += _dropout_residual("attn", x, model)
@@ -410,6 +416,11 @@ def optimizer_op(params_on_gpu: float) -> Op:
               ADAM_BYTES_PER_PARAM * params_on_gpu, "fp32", 1.0)
 
 
+def fa2_device(run: RunSpec) -> str | None:
+    """``run``'s GPU where its framework runs attention as FlashAttention-2 (``attention_kernel: fa2``), else None."""
+    return run.cluster.gpu.name if run.framework.attention_kernel == "fa2" else None
+
+
 def stage_ops(run: RunSpec, stage: int) -> list[Op]:
     """Every operator one GPU of pipeline ``stage`` runs per micro-batch (counts include its layers)."""
     model, s, seq = run.model, run.strategy, run.seq_length
@@ -423,7 +434,8 @@ def stage_ops(run: RunSpec, stage: int) -> list[Op]:
                                                              rope_fused=run.framework.rope_fusion,
                                                              expert_fused=run.framework.moe_expert_fusion,
                                                              flex_attention=run.framework.attention_kernel == "flex",
-                                                             flex_fa2_share=flex_share)]
+                                                             flex_fa2_share=flex_share,
+                                                             fa2_device=fa2_device(run))]
     layout = layout_of(model, s)  # the embedding, MTP layers and loss where the pipeline layout puts them
     if layout.count(stage, EMBEDDING):
         ops += embedding_ops(model, s, seq)

@@ -32,7 +32,8 @@ BF16_REMAINDER = "bf16+int16-remainder"
 MASTER_WEIGHT_DTYPES = (*DTYPES, BF16_REMAINDER)
 FSDP_IMPLEMENTATIONS = ("none", "megatron-fsdp", "fsdp2", "deepspeed-zero3", "gspmd")
 DISPATCHERS = ("alltoall", "allgather", "flex", "hybridep")  # hybridep: flex with the HybridEP backend
-ATTENTION_KERNELS = ("flash", "flex")  # flex: PyTorch FlexAttention (costmodel.llm.flex_attention)
+ATTENTION_KERNELS = ("flash", "flex", "fa2")  # flex: PyTorch FlexAttention (costmodel.llm.flex_attention);
+# fa2: PyTorch SDPA's FlashAttention-2 backend (costmodel.llm.fa2_attention)
 # Megatron-Core ``--fp8-recipe`` names (TransformerConfig.fp8_recipe); "tensorwise" is per-tensor
 # current scaling. "rowwise" is torchao's float8 recipe (torchtitan), "aqt" MaxText's.
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise", "rowwise", "aqt")
@@ -125,8 +126,9 @@ class Framework:
     several more times through HBM."""
     attention_kernel: str = "flash"
     """Which kernel runs the attention core: ``flash`` (FlashAttention / Transformer Engine's fused
-    attention, what the attention tables time) or ``flex`` (PyTorch FlexAttention, slower and
-    block-sparse, ``costmodel.llm.flex_attention``)."""
+    attention, what the attention tables time), ``flex`` (PyTorch FlexAttention, slower and
+    block-sparse, ``costmodel.llm.flex_attention``) or ``fa2`` (FlashAttention-2 as PyTorch SDPA's
+    flash backend runs it, below the H100 table's cuDNN level, ``costmodel.llm.fa2_attention``)."""
     cpu_offloading_num_layers: int = 0
     """Transformer layers whose activations are offloaded to host memory between forward and
     backward (Megatron-Core ``TransformerConfig.cpu_offloading_num_layers``): trades PCIe traffic
