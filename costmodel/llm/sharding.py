@@ -167,11 +167,13 @@ def pipelined_fsdp2(run: Any) -> bool:
     """Whether ``run``'s ZeRO-3 is FSDP2 driven by torch.distributed.pipelining (sync once per schedule step).
 
     True for ``pp`` > 1 with the ``fsdp2`` implementation (the default without a framework); see
-    the module docstring for the mechanism and its source.
+    the module docstring for the mechanism and its source. Also at ``pp`` = 1 where the framework
+    defers the sync the same way (``Framework.fsdp_defer_grad_sync``).
     """
     framework = getattr(run, "framework", None)
     implementation = framework.fsdp_implementation if framework is not None else "fsdp2"
-    return implementation == "fsdp2" and run.strategy.pp > 1
+    deferred = bool(getattr(framework, "fsdp_defer_grad_sync", False))
+    return implementation == "fsdp2" and (run.strategy.pp > 1 or deferred)
 
 
 def prefetch_layers(settings: ShardingSettings, layer_params: float) -> float:

@@ -108,6 +108,12 @@ class Framework:
     fsdp_reshard_after_forward: str = "always"
     """When ZeRO-3 frees a layer's gathered parameters after its forward (``RESHARD_AFTER_FORWARD``):
     ``never`` keeps every layer of the stage unsharded until its backward (no re-gather, more memory)."""
+    fsdp_defer_grad_sync: bool = False
+    """Whether FSDP2 without pipelining keeps a step's gradients unreduced and its parameters gathered
+    until the last micro-batch (``set_requires_gradient_sync(False)``, ``set_reshard_after_backward(False)``
+    on the others: NeMo Automodel's ``backend.enable_fsdp_optimizations``), reducing once per step as
+    ``torch.distributed.pipelining`` does (``costmodel.llm.sharding.pipelined_fsdp2``); off: every
+    micro-batch re-gathers and reduce-scatters."""
     fp8_activation_cache: bool = False
     """Whether FP8 runs keep the inputs of the linear layers for backward in FP8 (1 byte) rather
     than 16-bit (DeepSeek-V3 report section 3.3.4, "Low-Precision Activation")."""
@@ -191,7 +197,7 @@ class Framework:
         require_int(f"{where}.cpu_offloading_num_layers", self.cpu_offloading_num_layers, minimum=0)
         for name in ("tp_comm_overlap", "main_grad_follows_reduce_dtype", "separate_master_weights",
                      "distributed_optimizer", "fp8_weight_cache", "fp8_param_gather", "supports_fp16", "supports_tp_comm_overlap",
-                     "moe_shared_expert_overlap", "moe_a2a_overlap", "fp8_activation_cache",
+                     "moe_shared_expert_overlap", "moe_a2a_overlap", "fp8_activation_cache", "fsdp_defer_grad_sync",
                      "rope_fusion", "moe_expert_fusion", "supports_fp8", "supports_flash_attention",
                      "supports_grad_reduce_overlap", "supports_sequence_parallel", "supports_context_parallel"):
             require_bool(f"{where}.{name}", getattr(self, name))
