@@ -94,6 +94,27 @@ def interleaving_needs_pipeline(run: RunSpec) -> str | None:
     return None
 
 
+def pipeline_flushes_split_the_batch(run: RunSpec) -> str | None:
+    """Each schedule run (``strategy.pipeline_flushes``) takes an equal share of the micro-batches.
+
+    PyTorch pipelining steps the schedule once per local batch of ``n_microbatches`` (torch
+    ``torch/distributed/pipelining/schedules.py`` ``PipelineSchedule.step`` splits the batch it is given
+    into that many chunks), so the flushes split the step's micro-batches evenly; with interleaving each
+    flush's share must still divide by pp, as for one flush.
+    """
+    s = run.strategy
+    flushes, m = s.pipeline_flushes, s.num_microbatches
+    if flushes == 1 or s.pp == 1:  # without a pipeline there is no schedule to flush (the cost model ignores it)
+        return None
+    if m % flushes:
+        return (f"pipeline_flushes={flushes} must divide the number of micro-batches "
+                f"(global_batch_size / (micro_batch_size*dp) = {m})")
+    if s.vpp > 1 and (m // flushes) % s.pp:
+        return (f"interleaved 1F1B needs each flush's micro-batches ({m} / {flushes} = {m // flushes}) "
+                f"to be divisible by pp={s.pp}")
+    return None
+
+
 def sequence_parallel_needs_tp(run: RunSpec) -> str | None:
     s = run.strategy
     if s.sequence_parallel and s.tp == 1:
@@ -338,6 +359,7 @@ RULES: tuple[Rule, ...] = (
     pipeline_layout_builds,
     batch_divisible,
     interleaving_needs_pipeline,
+    pipeline_flushes_split_the_batch,
     sequence_parallel_needs_tp,
     cp_divides_sequence,
     ulysses_divides_heads,
