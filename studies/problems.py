@@ -18,6 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from constraints.oom import default_memory_margin
 from costmodel.specs.catalog import get_gpu
 from costmodel.specs.errors import SpecError
 from costmodel.specs.model import ModelSpec
@@ -91,7 +92,7 @@ class Problem:
         return SearchProblem(model=self.model, gpu=get_gpu(self.gpu), num_gpus=self.num_gpus,
                              global_batch_size=self.global_batch_size, seq_length=self.seq_length,
                              gpus_per_node=self.gpus_per_node, fixed=s.fixed, allowed=s.allowed, **s.bounds,
-                             **({} if s.memory_margin is None else {"memory_margin": s.memory_margin}))
+                             memory_margin=default_memory_margin() if s.memory_margin is None else s.memory_margin)
 
     def describe(self) -> dict[str, Any]:
         """The identifying columns of a result row."""

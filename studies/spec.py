@@ -82,7 +82,8 @@ class SearchSettings(SearchBounds):
         Absolute path of a user profile directory instead of each GPU's built-in one.
     memory_margin : float, optional
         Fraction of usable memory a pick must leave free (``SearchProblem.memory_margin``);
-        ``None`` keeps the search's default of none and the problems' stored keys.
+        ``None`` takes ``parplan search``'s default (``constraints.oom.default_memory_margin()``: a pick at
+        the margin OOMs at most one time in five) and keeps the problems' stored keys.
     max_tp, max_pp, max_cp, max_ep, max_vpp, max_micro_batch_size : int, optional
         Bounds of the space (:class:`search.space.SearchBounds`).
     """
