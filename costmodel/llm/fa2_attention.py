@@ -25,7 +25,9 @@ share of that level, by the kernel's own sequence length:
   convention; fwd+bwd from the FlashAttention README's H100 figure, docs/hardware_and_formulas.md
   4b [FA-README-H100], fwd from 4c [FA3-FIG]: two figures of different software versions, so
   approximate) against the table's backward at the level (2.5 x level / the backward/forward
-  time ratio, ``costmodel.analytic.attention_backward_ratio``).
+  time ratio, ``costmodel.analytic.attention_backward_ratio``). Checked against the FA3 paper's
+  backward figure (arXiv 2407.08608 Fig. 6, head dim 128, H100 SXM5): FA2 backward 310 / 322
+  TFLOP/s at 4k / 16k there, against 285 / 325 derived here for the causal kernel.
 
 On devices whose table is at FlashAttention-2's level (A100) both shares are 1.
 """
