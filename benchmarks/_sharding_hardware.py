@@ -31,6 +31,15 @@ def memory_bandwidth(mib: int = 256, repeats: int = 5) -> float:
     return 2 * src.nbytes / best
 
 
+def stream_read_bandwidth(mib: int = 256, repeats: int = 5) -> float:
+    """The fastest streaming read of one core from main memory, bytes/s: the best of ``repeats`` sums of a
+    ``mib`` MiB array (far above any L3 here), or of copies of it (read + write bytes), whichever is faster;
+    the lower bound of a main-memory line's cost (``EmbeddingBagPredictor(stream_bandwidth_bytes_per_s=)``)."""
+    src = np.ones(mib * 1024 * 1024 // 8)
+    read = min(_timed(lambda: src.sum()) for _ in range(repeats))
+    return max(src.nbytes / read, memory_bandwidth(mib, repeats))
+
+
 def matmul_flops(n: int = 1024, repeats: int = 3) -> float:
     a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
     best = min(_timed(lambda: a @ a) for _ in range(repeats))

@@ -216,10 +216,23 @@ def _worker(rank: int, world: int, port: int, tables: list[MiniTable], plans: li
 @dataclass(frozen=True)
 class Measured:
     """Each plan's step: ``cpu_s``, the critical path of CPU time (per step, the sum over the phases of the
-    busiest rank's CPU seconds in it; the fastest step), and ``wall_s``, the fastest wall-clock step."""
+    busiest rank's CPU seconds in it; the fastest step), ``wall_s``, the fastest wall-clock step, and
+    ``phase_s``, per plan the busiest rank's CPU seconds in each of :data:`PHASES`, each phase's fastest step."""
 
     cpu_s: list[float]
     wall_s: list[float]
+    phase_s: list[list[float]]
+
+
+PHASES = ("input_dist", "lookup_fwd", "output_dist", "grad_dist", "lookup_bwd", "data_parallel")
+"""The phases a miniature step is timed in (``step``'s marks): input all-to-alls (with the bucketising),
+lookups (with the split of the received ids per shard), pooled-output all-to-all (with the stand-in
+gradient's draw), gradient all-to-all, backward + sparse SGD, data-parallel tables."""
+
+
+def critical_phase_seconds(phases: np.ndarray) -> np.ndarray:
+    """``[plan, phase]``: the busiest rank's CPU seconds in each phase, the fastest step of each phase."""
+    return phases.max(axis=0).min(axis=-2)
 
 
 def critical_cpu_seconds(phases: np.ndarray) -> np.ndarray:
@@ -245,4 +258,5 @@ def measure_plans(tables: list[MiniTable], plans: list[dict], world: int, batch:
                        nprocs=world, join=True, start_method="spawn")
     reports = sorted((queue.get() for _ in range(world)), key=lambda r: r[0])
     phases = np.stack([r[2] for r in reports])
-    return Measured(cpu_s=[float(x) for x in critical_cpu_seconds(phases)], wall_s=reports[0][1])
+    return Measured(cpu_s=[float(x) for x in critical_cpu_seconds(phases)], wall_s=reports[0][1],
+                    phase_s=critical_phase_seconds(phases).tolist())

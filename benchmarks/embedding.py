@@ -21,20 +21,26 @@ slows a whole pass by up to 2x, and the thread clock does not see it; the fastes
 the least disturbed. The noise floor (``repeat_mape``: the fastest of the first half of the passes
 against that of the second half) is printed whenever there are two passes or more.
 
-Usage: ``python benchmarks/embedding.py [--small] [--json] [--passes N]``
+``--save FILE`` writes every pass's timings as JSON (written whole or not at all); ``--load FILE`` fits
+on such a file instead of timing, so that model changes are compared on the same measurements.
+
+Usage: ``python benchmarks/embedding.py [--small] [--json] [--passes N] [--save FILE | --load FILE]``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 import time
 from typing import Any
 
 import numpy as np
 
 from costmodel.profiling.embedding import DISTRIBUTIONS, cpu_caches, grid, time_points
+from costmodel.recsys.embedding import MERGES, UNIT_COSTS
 from costmodel.recsys.lookup_fit import TimedLookup, columns, held_out_errors, mape, stratified_indices
 
 FULL = {"rows": (10**4, 3 * 10**4, 10**5, 3 * 10**5, 10**6, 3 * 10**6, 10**7), "dims": (32, 64, 128, 256),
@@ -49,6 +55,42 @@ def measure_grid(config: dict[str, Any], rounds: int, seed: int, max_table_bytes
                   max_table_bytes=max_table_bytes)
     return [TimedLookup(DISTRIBUTIONS[p.distribution], p.rows, p.dim, p.pooling, p.batch, m.min_s)
             for p, m in time_points(points, rounds=rounds, seed=seed)]
+
+
+def save_passes(passes: list[list[TimedLookup]], path: str) -> None:
+    """Every pass's cells as JSON at ``path``: a temporary file in the same folder, renamed over it when whole."""
+    name_of = {access: name for name, access in DISTRIBUTIONS.items()}
+    data = [[[name_of[t.access], t.rows, t.dim, t.pooling, t.batch, t.seconds] for t in timed] for timed in passes]
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".embedding-", suffix=".json")
+    try:
+        with os.fdopen(handle, "w") as out:
+            json.dump({"passes": data}, out)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def load_passes(path: str) -> list[list[TimedLookup]]:
+    """The passes :func:`save_passes` wrote; ``ValueError`` naming what is wrong otherwise."""
+    with open(path) as handle:
+        data = json.load(handle)
+    passes = data.get("passes") if isinstance(data, dict) else None
+    if not isinstance(passes, list) or not passes:
+        raise ValueError(f"The 'load' file must hold a non-empty 'passes' list. Got {str(data)[:80]!r} instead.")
+    out = []
+    for timed in passes:
+        cells = []
+        for cell in timed:
+            if (not isinstance(cell, list) or len(cell) != 6 or cell[0] not in DISTRIBUTIONS
+                    or not all(isinstance(v, (int, float)) and v > 0 for v in cell[1:])):
+                raise ValueError(f"The 'load' file's cells must be [distribution in {sorted(DISTRIBUTIONS)}, rows, "
+                                 f"dim, pooling, batch, seconds > 0]. Got {str(cell)[:80]!r} instead.")
+            name, rows, dim, pooling, batch, seconds = cell
+            cells.append(TimedLookup(DISTRIBUTIONS[name], int(rows), int(dim), pooling, int(batch), float(seconds)))
+        out.append(cells)
+    return out
 
 
 def _key(t: TimedLookup) -> tuple:
@@ -73,10 +115,11 @@ def noise_floor(passes: list[list[TimedLookup]]) -> float | None:
     return mape(np.array([first[k] for k in common]), np.array([second[k] for k in common]))
 
 
-def residuals(timed: list[TimedLookup], fraction: float, seed: int) -> dict[str, dict[str, list[float]]]:
+def residuals(timed: list[TimedLookup], fraction: float, seed: int,
+              stream_bandwidth: float = 0.0) -> dict[str, dict[str, list[float]]]:
     """Held-out residuals of the aware model (split ``seed``) by factor: {factor: {level: [MAPE %, bias %]}}."""
     caches = cpu_caches()
-    model = held_out_errors(timed, caches, fraction=fraction, seed=seed).aware
+    model = held_out_errors(timed, caches, fraction=fraction, seed=seed, stream_bandwidth=stream_bandwidth).aware
     test = np.setdiff1d(np.arange(len(timed)), stratified_indices(timed, fraction, seed))
     held = [timed[i] for i in test]
     measured = np.array([t.seconds for t in held])
@@ -94,10 +137,13 @@ def residuals(timed: list[TimedLookup], fraction: float, seed: int) -> dict[str,
     return out
 
 
-def evaluate(timed: list[TimedLookup], fraction: float, seeds: int) -> dict[str, Any]:
-    """Held-out MAPE of both models over ``seeds`` stratified splits."""
+def evaluate(timed: list[TimedLookup], fraction: float, seeds: int, stream_bandwidth: float = 0.0) -> dict[str, Any]:
+    """Held-out MAPE of both models over ``seeds`` stratified splits (``stream_bandwidth``: the main-memory
+    line cost's lower bound, bytes/s; 0: none)."""
     caches = cpu_caches()
-    results = [held_out_errors(timed, caches, fraction=fraction, seed=seed) for seed in range(seeds)]
+    results = [held_out_errors(timed, caches, fraction=fraction, seed=seed, stream_bandwidth=stream_bandwidth)
+               for seed in range(seeds)]
+    model = results[0].aware
     aware = np.array([r.aware_mape for r in results])
     blind = np.array([r.blind_mape for r in results])
     return {"cells": len(timed), "train": results[0].train, "test": results[0].test, "fraction": fraction,
@@ -106,13 +152,18 @@ def evaluate(timed: list[TimedLookup], fraction: float, seeds: int) -> dict[str,
             "aware_better_in": int(np.sum(aware < blind)), "splits": seeds,
             "caches": {"l2_bytes": caches.near_bytes, "l3_bytes": caches.far_bytes,
                        "tlb_reach_bytes": caches.tlb_reach_bytes},
-            "unit_costs_s": dict(zip(UNIT_COSTS, (float(c) for c in results[0].aware.cost_per_unit_)))}
+            "parameters": model.parameters, "train_per_parameter": results[0].train / model.parameters,
+            "design_rank": model.rank_, "design_condition_number": model.condition_number_,
+            "stream_bandwidth_bytes_per_s": stream_bandwidth,
+            "lower_bounds_s": dict(zip(unit_cost_names(model.parameters), map(float, model.lower_bounds()))),
+            "unit_costs_s": dict(zip(unit_cost_names(model.parameters), map(float, model.cost_per_unit_)))}
 
 
-UNIT_COSTS = ("per_bag", "per_output_element", "per_lookup", "per_line_read", "per_near_miss",
-              "per_near_miss_line", "per_far_miss", "per_far_miss_line", "per_tlb_miss", "per_walk_miss",
-              "per_output_line_miss")
-"""The fitted unit costs, in the order of ``costmodel.recsys.embedding.lookup_counts``."""
+def unit_cost_names(parameters: int) -> list[str]:
+    """Names of the fitted unit costs of a ``parameters``-cost model (``costmodel.recsys.embedding.MERGES``)."""
+    if parameters == 1:
+        return ["per_roofline_byte"]
+    return ["+".join(UNIT_COSTS[i] for i in group) for group in MERGES[parameters]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=4, help="full passes over the grid; a cell keeps its fastest")
     parser.add_argument("--max-table-gib", type=float, default=1.25)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--save", metavar="FILE", help="write every pass's timings to FILE (JSON)")
+    parser.add_argument("--load", metavar="FILE", help="fit on FILE's timings (from --save) instead of timing")
     args = parser.parse_args(argv)
     if not 0 < args.fraction <= 0.1:
         print(f"The 'fraction' parameter must be in (0, 0.1]. Got {args.fraction} instead.", file=sys.stderr)
@@ -133,12 +186,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     config = SMALL if args.small else FULL
     start = time.monotonic()
-    passes = [measure_grid(config, args.rounds, seed, args.max_table_gib * 2**30) for seed in range(args.passes)]
+    if args.load:
+        try:
+            passes = load_passes(args.load)
+        except (OSError, ValueError) as error:  # JSONDecodeError is a ValueError
+            print(f"benchmarks/embedding.py: {' '.join(str(error).split())[:200]}", file=sys.stderr)
+            return 2
+    else:
+        passes = [measure_grid(config, args.rounds, seed, args.max_table_gib * 2**30) for seed in range(args.passes)]
+        if args.save:
+            save_passes(passes, args.save)
     timed = fastest(passes)
-    report = evaluate(timed, args.fraction, args.seeds)
-    report["passes"] = args.passes
+    from benchmarks._sharding_hardware import stream_read_bandwidth
+
+    stream = stream_read_bandwidth()
+    report = evaluate(timed, args.fraction, args.seeds, stream_bandwidth=stream)
+    report["passes"] = len(passes)
     report["repeat_mape"] = noise_floor(passes)
-    report["residuals"] = residuals(timed, args.fraction, seed=0)
+    report["residuals"] = residuals(timed, args.fraction, seed=0, stream_bandwidth=stream)
     report["wall_s"] = time.monotonic() - start
     if args.json:
         print(json.dumps(report, indent=2))
@@ -151,13 +216,17 @@ def main(argv: list[str] | None = None) -> int:
           f"{report['blind_mape_worst']:.1f}%)")
     print(f"  aware better in {report['aware_better_in']} of {report['splits']} splits")
     if report["repeat_mape"] is not None:
-        print(f"  noise floor: the fastest of passes 1-{args.passes // 2} and of the rest differ by "
+        print(f"  noise floor: the fastest of passes 1-{len(passes) // 2} and of the rest differ by "
               f"{report['repeat_mape']:.1f}% (MAPE)")
     print("  held-out residuals of the aware model (split 0), MAPE % / mean signed error %:")
     for factor, levels in report["residuals"].items():
         print(f"    {factor:12s} " + "  ".join(f"{k}: {v[0]:.1f}/{v[1]:+.1f}" for k, v in levels.items()))
-    print("  fitted unit costs (ns): " + ", ".join(f"{k} {1e9 * v:.3g}" for k, v in report["unit_costs_s"].items()
-                                                  if v > 0))
+    print(f"  {report['parameters']} unit costs, {report['train_per_parameter']:.1f} training points each; "
+          f"design rank {report['design_rank']}, condition number {report['design_condition_number']:.3g}")
+    print(f"  fitted unit costs (ns; lower bound in brackets, main-memory line = 64 B at this core's fastest "
+          f"streaming read, {report['stream_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s): "
+          + ", ".join(f"{k} {1e9 * v:.3g} [{1e9 * report['lower_bounds_s'][k]:.3g}]"
+                      for k, v in report["unit_costs_s"].items()))
     print(f"  {report['wall_s']:.0f} s")
     return 0
 

@@ -155,7 +155,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 # -- part 2: measured miniatures ---------------------------------------------------------------------
 def miniature_part(count: int, seed: int) -> dict[str, Any]:
     from benchmarks._sharding_hardware import cpu_cluster, cpu_lookup_profile
-    from benchmarks._sharding_miniature import MiniTable, measure_plans
+    from benchmarks._sharding_miniature import PHASES, MiniTable, measure_plans
 
     rng = np.random.default_rng(seed + 1000)
     cluster_of = {}
@@ -196,14 +196,29 @@ def miniature_part(count: int, seed: int) -> dict[str, Any]:
         print(f"{spec.name} ({world} ranks, {n} tables): parplan pick +{100 * row['parplan_pick_within']:.1f}%, "
               f"TorchRec pick +{100 * row['torchrec_pick_within']:.1f}%; per plan measured (CPU critical path, wall) / "
               "parplan / TorchRec ms:", flush=True)
-        for name, m, w, ours_s, theirs_s in zip(candidates, measured, timing.wall_s, predicted["parplan"],
-                                                predicted["torchrec"]):
-            print(f"    {name:18s} {1e3 * m:7.2f} ({1e3 * w:7.2f}) {1e3 * ours_s:7.2f} {1e3 * theirs_s:7.2f}",
+        row["measured_phase_s"] = timing.phase_s
+        row["parplan_phase_s"] = [predicted_phases(spec, cluster, p, cost_model) for p in candidates.values()]
+        for name, m, w, ours_s, theirs_s, got, want in zip(candidates, measured, timing.wall_s, predicted["parplan"],
+                                                           predicted["torchrec"], timing.phase_s,
+                                                           row["parplan_phase_s"]):
+            print(f"    {name:18s} {1e3 * m:7.2f} ({1e3 * w:7.2f}) {1e3 * ours_s:7.2f} {1e3 * theirs_s:7.2f}   "
+                  + " ".join(f"{phase} {1e3 * g:.2f}/{1e3 * q:.2f}" for phase, g, q in zip(PHASES, got, want)),
                   flush=True)
     summary = {model: {"pick_within_10pct": float(np.mean([r[f"{model}_pick_within"] <= TARGET_WITHIN for r in rows])),
                        "mean_concordance": float(np.mean([r[f"{model}_concordance"] for r in rows]))}
                for model in ("parplan", "torchrec")}
     return {"miniatures": rows, "summary": summary}
+
+
+def predicted_phases(spec: DLRMSpec, cluster: Any, plan: ShardingPlan, cost_model: dict) -> list[float]:
+    """parplan's seconds for each of the miniature's phases (``_sharding_miniature.PHASES``): the
+    collectives, and the busiest rank's lookup forward and backward (the data-parallel tables' dense
+    gradient is in the backward; the last phase is the dense all-reduce)."""
+    from costmodel.recsys.step import plan_step_seconds
+
+    step = plan_step_seconds(spec, cluster, plan, **cost_model)
+    return [step.comm.input_dist, max(r.lookup_fwd_s for r in step.ranks), step.comm.output_dist,
+            step.comm.grad_dist, max(r.lookup_bwd_s for r in step.ranks), step.comm.dense_all_reduce]
 
 
 def candidate_plans(spec: DLRMSpec, cluster: Any, rank_seconds: Any) -> dict[str, ShardingPlan]:

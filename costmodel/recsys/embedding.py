@@ -166,30 +166,64 @@ def optimizer_state_bytes_per_row(optimizer: str, dim: int) -> float:
     return {"sgd": 0.0, "rowwise_adagrad": 4.0, "adam": 8.0 * dim}[optimizer]
 
 
+UNIT_COSTS: Final = ("per_bag", "per_lookup", "per_line", "per_near_miss_line", "per_far_miss_line", "per_tlb_miss")
+"""The work counts of :func:`lookup_counts`, one unit cost each (seconds per unit)."""
+
+FAR_LINE: Final = UNIT_COSTS.index("per_far_miss_line")
+
+MERGES: Final[dict[int, tuple[tuple[int, ...], ...]]] = {
+    # fewer parameters merge counts whose unit costs are nearest (indices into UNIT_COSTS); 1: the roofline
+    6: ((0,), (1,), (2,), (3,), (4,), (5,)),
+    5: ((0,), (1,), (2,), (3,), (4, 5)),  # a TLB miss priced as a main-memory line (its walk reads one)
+    4: ((0,), (1,), (2, 3), (4, 5)),  # a near-cache miss line priced as a hit (served by the far cache)
+    3: ((0, 1), (2, 3), (4, 5)),  # a bag's overhead priced as a lookup's
+    2: ((0, 1), (2, 3, 4, 5)),
+    1: (),
+}
+"""The column groups of an ``EmbeddingBagPredictor`` with ``parameters`` unit costs; one parameter is the
+traffic roofline (:func:`forward_bytes`) at one fitted efficiency."""
+
+MIN_POINTS_PER_PARAMETER: Final = 8
+"""Training points per fitted unit cost (``parameters_for``): fewer parameters rather than an under-determined fit."""
+
+
+def parameters_for(points: int) -> int:
+    """Most unit costs ``points`` training points fit at :data:`MIN_POINTS_PER_PARAMETER` each (1 to 6)."""
+    return int(min(len(UNIT_COSTS), max(1, points // MIN_POINTS_PER_PARAMETER)))
+
+
 def lookup_counts(columns: np.ndarray, sector: float) -> np.ndarray:
     """The work counts a lookup's time is a non-negative sum of, one column each (per call).
 
-    Per bag and per pooled-output element (the bag's overhead and its output write); per lookup and per
-    line it reads (a near-cache hit); per near-cache miss and its lines (served by the far cache); per
-    far-cache miss and its lines (main memory: a latency per row, a bandwidth per line); per TLB miss,
-    per page walk whose page-table line misses the near cache, and per output line written back.
+    Per bag (its offsets and loop), per lookup (its id and loop), per line touched (the rows' lines read
+    and the pooled output's lines written), per line that misses the near cache (rows' lines, page-table
+    lines of page walks, pooled-output lines written back: served by the far cache), per line that also
+    misses the far cache (main memory), per TLB miss. Each count includes the farther ones (a missed line
+    is also a line touched), so each unit cost is the extra over the nearer level and >= 0 keeps a farther
+    line at least as dear as a nearer one.
     """
     bags, lookups, dim, row_bytes, _, near, far, tlb, walk, output = columns.T
     lines = np.ceil(row_bytes / sector)
-    return np.column_stack([bags, bags * dim, lookups, lookups * lines, near, near * lines, far, far * lines,
-                            tlb, walk, output])
+    out_lines = np.ceil(dim * OUTPUT_BYTES / sector)
+    return np.column_stack([bags, lookups, lookups * lines + bags * out_lines, near * lines + walk + output,
+                            far * lines, tlb])
+
+
+def merged_counts(columns: np.ndarray, sector: float, parameters: int) -> np.ndarray:
+    """:func:`lookup_counts` summed into :data:`MERGES` ``[parameters]`` groups (1: the forward bytes)."""
+    if parameters == 1:
+        return forward_bytes(columns, sector)[:, None]
+    counts = lookup_counts(columns, sector)
+    return np.column_stack([counts[:, list(group)].sum(axis=1) for group in MERGES[parameters]])
 
 
 class EmbeddingBagPredictor(OperatorPredictor):
     """Latency of one embedding-bag forward from ``COLUMNS``: a non-negative sum of work counts.
 
-    ``time = sum_j c_j n_j`` over :func:`lookup_counts` ``n_j``, each ``c_j >= 0`` a cost per unit (seconds
-    per lookup, per missed row, per missed sector ...), fitted by non-negative least squares on the
-    *relative* error (each row divided by its latency). Its efficiency against the traffic roofline
-    (:meth:`roofline_s` / :meth:`predict`) is what the backward reuses (``costmodel.recsys.step``). The
-    additive form extrapolates linearly in each count, where a regressor of log efficiency over a few
-    tens of samples chased noise (held-out 35-45% against 16-20% on the CPU grid of
-    ``benchmarks/embedding.py``).
+    ``time = sum_j c_j n_j`` over :func:`merged_counts` ``n_j``, each ``c_j`` a cost per unit (seconds per
+    lookup, per missed line ...) between its bounds, fitted by bounded least squares on the *relative*
+    error (each row divided by its latency). Its efficiency against the traffic roofline
+    (:meth:`roofline_s` / :meth:`predict`) is what the backward reuses (``costmodel.recsys.step``).
 
     Parameters
     ----------
@@ -197,6 +231,13 @@ class EmbeddingBagPredictor(OperatorPredictor):
         Main-memory bandwidth of the device (default: H100-SXM, 3350 GB/s): the roofline's.
     sector : float
         Bytes of one memory transaction (32 on NVIDIA GPUs, 64 on x86 CPUs).
+    parameters : int
+        Unit costs fitted, 1 to 6 (:data:`MERGES`); fit with at least :data:`MIN_POINTS_PER_PARAMETER`
+        points each (``parameters_for``).
+    stream_bandwidth_bytes_per_s : float
+        The fastest streaming read bandwidth of one core from main memory (0: no bound). A main-memory
+        line costs at least ``sector`` / this (what a line takes at the streaming rate; the cache work
+        of the same line may overlap it), the lower bound of the per-far-miss-line cost.
     random_state : int, RandomState or None
         Unused (the fit is deterministic); kept for the common contract.
     """
@@ -204,9 +245,11 @@ class EmbeddingBagPredictor(OperatorPredictor):
     shape_columns: ClassVar[tuple[str, ...]] = COLUMNS
 
     def __init__(self, hbm_bandwidth_bytes_per_s: float = 3350e9, sector: float = GPU_SECTOR_BYTES,
-                 random_state: Any = None) -> None:
+                 parameters: int = 6, stream_bandwidth_bytes_per_s: float = 0.0, random_state: Any = None) -> None:
         self.hbm_bandwidth_bytes_per_s = hbm_bandwidth_bytes_per_s
         self.sector = sector
+        self.parameters = parameters
+        self.stream_bandwidth_bytes_per_s = stream_bandwidth_bytes_per_s
         self.random_state = random_state
 
     def _physics(self, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -216,21 +259,43 @@ class EmbeddingBagPredictor(OperatorPredictor):
     def _make_regressor(self) -> LinearRegression:
         return LinearRegression(positive=True, fit_intercept=False)
 
+    def lower_bounds(self) -> np.ndarray:
+        """Seconds per unit each fitted cost is bounded below by (0, or the main-memory line's bound)."""
+        groups = MERGES[self.parameters]
+        bounds = np.zeros(max(1, len(groups)))
+        for index, group in enumerate(groups):
+            # only a group of main-memory lines (and the TLB misses priced as one): never nearer lines
+            if group[0] == FAR_LINE and self.stream_bandwidth_bytes_per_s > 0:
+                bounds[index] = self.sector / self.stream_bandwidth_bytes_per_s
+        return bounds
+
     def fit(self, X: ArrayLike, y: ArrayLike) -> EmbeddingBagPredictor:
-        """Fit the per-unit costs on measured latencies (seconds); returns ``self``."""
+        """Fit the per-unit costs on measured latencies (seconds); returns ``self``.
+
+        Sets ``cost_per_unit_``, ``rank_`` and ``condition_number_`` (of the scaled relative design).
+        """
+        from scipy.optimize import lsq_linear
+
+        if self.parameters not in MERGES:
+            raise ValueError(f"The 'parameters' parameter must be one of {sorted(MERGES)}. Got "
+                             f"{self.parameters!r} instead.")
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
         latency = np.maximum(np.abs(np.asarray(y)), 1e-12)
-        counts = lookup_counts(self._shapes(np.asarray(X)), self.sector)
+        counts = merged_counts(self._shapes(np.asarray(X)), self.sector, self.parameters)
         self.scale_ = np.maximum(counts.max(axis=0), 1.0)  # unit-free columns for the solver
-        self.regressor_ = self._make_regressor().fit(counts / self.scale_ / latency[:, None], np.ones(len(latency)))
-        self.cost_per_unit_ = self.regressor_.coef_ / self.scale_
+        design = counts / self.scale_ / latency[:, None]
+        self.rank_ = int(np.linalg.matrix_rank(design))
+        self.condition_number_ = float(np.linalg.cond(design))
+        lower = self.lower_bounds() * self.scale_
+        solved = lsq_linear(design, np.ones(len(latency)), bounds=(lower, np.full(len(lower), np.inf)))
+        self.cost_per_unit_ = np.maximum(solved.x, lower) / self.scale_
         return self
 
     def predict(self, X: ArrayLike) -> np.ndarray:
         """Predicted latency in seconds (at least 1 ns)."""
         check_is_fitted(self)
         X = np.asarray(validate_data(self, X, dtype=np.float64, reset=False))
-        return np.maximum(lookup_counts(self._shapes(X), self.sector) @ self.cost_per_unit_, 1e-9)
+        return np.maximum(merged_counts(self._shapes(X), self.sector, self.parameters) @ self.cost_per_unit_, 1e-9)
 
 
 class RooflineLookups:
@@ -258,6 +323,6 @@ def gpu_caches(gpu_name: str) -> CacheLevels:
     return CacheLevels(size, size, walk_span_bytes=0.0)
 
 
-__all__ = ["COLUMNS", "EmbeddingBagPredictor", "LookupShard", "RooflineLookups", "backward_bytes",
-           "CacheLevels", "gpu_caches", "lookup_counts", "efficiency", "forward_bytes", "lookup_columns",
-           "optimizer_state_bytes_per_row"]
+__all__ = ["COLUMNS", "MERGES", "UNIT_COSTS", "CacheLevels", "EmbeddingBagPredictor", "LookupShard",
+           "RooflineLookups", "backward_bytes", "efficiency", "forward_bytes", "gpu_caches", "lookup_columns",
+           "lookup_counts", "merged_counts", "optimizer_state_bytes_per_row", "parameters_for"]

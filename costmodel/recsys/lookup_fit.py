@@ -12,7 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.recsys.embedding import CPU_LINE_BYTES, CacheLevels, EmbeddingBagPredictor, LookupShard, lookup_columns
+from costmodel.recsys.embedding import (
+    CPU_LINE_BYTES,
+    CacheLevels,
+    EmbeddingBagPredictor,
+    LookupShard,
+    lookup_columns,
+    parameters_for,
+)
 from costmodel.specs.recsys import AccessDistribution
 
 CPU_NOMINAL_BANDWIDTH = 10e9
@@ -91,9 +98,14 @@ class HeldOut:
 
 def held_out_errors(points: Sequence[TimedLookup], caches: CacheLevels, fraction: float = 0.1,
                     seed: int = 0, bandwidth: float = CPU_NOMINAL_BANDWIDTH,
-                    sector: float = CPU_LINE_BYTES) -> HeldOut:
+                    sector: float = CPU_LINE_BYTES, stream_bandwidth: float = 0.0) -> HeldOut:
     """Fit both models on a stratified ``fraction`` sample of ``points`` (:func:`stratified_indices`) and score
-    each on the others."""
+    each on the others.
+
+    Each model fits as many unit costs as the sample holds :data:`~costmodel.recsys.embedding.
+    MIN_POINTS_PER_PARAMETER` points for (``parameters_for``); ``stream_bandwidth`` (bytes/s, 0: none)
+    bounds the main-memory line cost below (``EmbeddingBagPredictor``).
+    """
     seconds = np.array([p.seconds for p in points])
     train = stratified_indices(points, fraction, seed)
     test = np.setdiff1d(np.arange(len(points)), train)
@@ -101,7 +113,9 @@ def held_out_errors(points: Sequence[TimedLookup], caches: CacheLevels, fraction
     errors = {}
     for aware in (True, False):
         X = columns(points, caches, aware)
-        model = EmbeddingBagPredictor(hbm_bandwidth_bytes_per_s=bandwidth, sector=sector).fit(X[train], seconds[train])
+        model = EmbeddingBagPredictor(hbm_bandwidth_bytes_per_s=bandwidth, sector=sector,
+                                      parameters=parameters_for(len(train)),
+                                      stream_bandwidth_bytes_per_s=stream_bandwidth).fit(X[train], seconds[train])
         models[aware] = model
         errors[aware] = mape(model.predict(X[test]), seconds[test])
     return HeldOut(len(train), len(test), errors[True], errors[False], models[True], models[False])
