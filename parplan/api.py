@@ -27,13 +27,10 @@ from typing import Any
 from costmodel.specs import RunSpec, gpu_catalog, load_run_spec, model_catalog
 from costmodel.specs.errors import SpecError
 from costmodel.specs.runspec import run_spec_from_mapping
+from search.problem import DEFAULT_BATCH_TOKENS as DEFAULT_BATCH_TOKENS  # re-exported: a search's default batch
 
 RunLike = RunSpec | Mapping[str, Any] | str | Path
 """A run: a spec object, a mapping of run-spec fields, or a path to a run-spec file."""
-
-DEFAULT_BATCH_TOKENS = 4 * 1024**2
-"""Tokens per step of a search whose problem states no batch (the CLI's default too): Llama 3 trained 405B
-with an initial batch of 4M tokens (Dubey et al. 2024, arXiv:2407.21783, section 3.4.1)."""
 
 PROBLEM_KEYS = ("model", "gpu", "num_gpus", "global_batch_size", "seq_length", "gpus_per_node",
                 "framework", "fix", "allow", "memory_margin")
@@ -168,37 +165,26 @@ def search_problem(problem: Mapping[str, Any] | RunLike, memory_margin: float | 
     or a mapping with the keys of :data:`PROBLEM_KEYS`: ``model`` (catalog name, model file or
     mapping), ``gpu``, ``num_gpus``, and optionally ``global_batch_size`` (default: 4 Mi tokens),
     ``seq_length``, ``gpus_per_node``, ``framework``, ``fix`` ({knob: value}), ``allow``
-    ({knob: [values]}) and ``memory_margin``.
+    ({knob: [values]}) and ``memory_margin`` (the mapping's wins over the argument). The defaults
+    are ``search.problem.build_problem``'s.
     """
-    from constraints.oom import default_memory_margin
     from costmodel.specs.catalog import get_gpu
     from costmodel.specs.framework import get_framework
     from costmodel.specs.model_source import parse_model
-    from search.space import KNOBS, SearchProblem
+    from search.problem import build_problem
 
-    run = None
     if isinstance(problem, Mapping) and "cluster" not in problem:
         data = _problem_mapping(problem)
         seq = data.get("seq_length")
         model = parse_model(data["model"], section="problem.model", seq_length=seq)[0]
-        seq = seq or model.seq_length
-        batch = data.get("global_batch_size") or max(1, round(DEFAULT_BATCH_TOKENS / seq))
-        extra = {"framework": get_framework(data["framework"])} if "framework" in data else {}
-        fixed, allowed = dict(data.get("fix", {})), {k: tuple(v) for k, v in dict(data.get("allow", {})).items()}
-        for knob in (*fixed, *allowed):
-            if knob not in KNOBS:
-                raise SpecError("problem.fix" if knob in fixed else "problem.allow", knob, "one of " + ", ".join(KNOBS))
-        margin = data.get("memory_margin", memory_margin)
-        return SearchProblem(model=model, gpu=get_gpu(data["gpu"]), num_gpus=data["num_gpus"],
-                             global_batch_size=batch, seq_length=seq, gpus_per_node=data.get("gpus_per_node"),
-                             fixed=tuple(fixed.items()), allowed=tuple(allowed.items()),
-                             memory_margin=default_memory_margin() if margin is None else margin, **extra), None
+        framework = get_framework(data["framework"]) if "framework" in data else None
+        return build_problem(model=model, gpu=get_gpu(data["gpu"]), num_gpus=data["num_gpus"],
+                             global_batch_size=data.get("global_batch_size"), seq_length=seq,
+                             gpus_per_node=data.get("gpus_per_node"), framework=framework,
+                             fixed=dict(data.get("fix", {})), allowed=dict(data.get("allow", {})),
+                             memory_margin=data.get("memory_margin", memory_margin), section="problem."), None
     run = as_run(problem)
-    margin = default_memory_margin() if memory_margin is None else memory_margin
-    return SearchProblem(model=run.model, gpu=run.cluster.gpu, num_gpus=run.cluster.num_gpus,
-                         global_batch_size=run.strategy.global_batch_size, seq_length=run.seq_length,
-                         gpus_per_node=run.cluster.gpus_per_node, framework=run.framework,
-                         memory_margin=margin), run
+    return build_problem(run=run, memory_margin=memory_margin), run
 
 
 def search(problem: Mapping[str, Any] | RunLike, *, trials: int | None = None, sampler: str = "tpe",

@@ -27,7 +27,6 @@ from costmodel.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, get_fr
 from costmodel.specs.model_source import parse_model
 from costmodel.specs.runspec import RunSpec, load_run_spec
 from parplan._interrupt import resumable
-from parplan.api import DEFAULT_BATCH_TOKENS
 from parplan._json import dumps
 from parplan._argtypes import int_list, jobs, number_in, positive_int, positive_number, seed
 from search import (
@@ -45,7 +44,8 @@ from search import (
     strategy_label,
 )
 from search.budget import human_days
-from search.space import MAX_MEMORY_MARGIN
+from search.problem import build_problem
+from search.space import BOUND_NAMES, MAX_MEMORY_MARGIN
 from search.objective import search_timer
 from search.progress import SearchProgress
 from search.storage import check_storage_url
@@ -123,6 +123,10 @@ def register(subparsers: Any) -> None:
                        help="pick the cheapest GPU count that trains --tokens within this many days")
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print only JSON")
+    out.add_argument("--explain", action="store_true",
+                     help="for every searched knob, the best strategy's fastest one-knob alternative (step time, "
+                          "%% slower, peak memory) and why each rejected value is rejected: 'why not X' "
+                          "(with --json: an explain list)")
     out.add_argument("--export", action="append", default=[], metavar="FORMAT",
                      help=f"write launcher settings of the best strategy ({', '.join(EXPORTERS)}); repeatable")
     out.add_argument("--out", default=".", metavar="DIR", help="directory for --export files (default: .)")
@@ -168,31 +172,23 @@ def baseline_run(args: argparse.Namespace) -> RunSpec | None:
 
 
 def problem_from_args(args: argparse.Namespace, num_gpus: int, run: RunSpec | None = None) -> SearchProblem:
-    """The search problem the arguments (and the run spec ``run``, if any) describe, on ``num_gpus`` GPUs."""
-    if args.model is not None:
-        model = parse_model(args.model, seq_length=args.seq_length)[0]
-    else:
-        assert run is not None
-        model = run.model
-    gpu = get_gpu(args.gpu) if args.gpu is not None or run is None else run.cluster.gpu
-    seq = args.seq_length or (run.seq_length if run is not None and args.model is None else model.seq_length)
-    batch = args.global_batch_size or (run.strategy.global_batch_size if run is not None else
-                                       max(1, round(DEFAULT_BATCH_TOKENS / seq)))
-    node = args.gpus_per_node or (run.cluster.gpus_per_node if run is not None and args.gpu is None else None)
+    """The search problem the arguments (and the run spec ``run``, if any) describe, on ``num_gpus`` GPUs.
+
+    Flags given beside a run spec override its values; the defaults are ``search.problem``'s.
+    """
+    model = None if args.model is None else parse_model(args.model, seq_length=args.seq_length)[0]
     fixed = {k: _knob_value("fix", k, v, item) for k, v, item in _pairs(args.fix, "fix")}
     allowed = {k: _allowed_values(k, v, item) for k, v, item in _pairs(args.allow, "allow")}
-    extra = {} if run is None else {"framework": run.framework}
-    if args.framework is not None:  # beside a run spec, the flag wins as the other flags do
-        extra["framework"] = get_framework(args.framework)
     exports = [p.strip() for n in args.export for p in n.split(",")]
-    if args.framework is None and run is None and exports and implied_framework(exports):
-        extra["framework"] = get_framework(implied_framework(exports))  # --export X searches X's framework
-    return SearchProblem(model=model, gpu=gpu, num_gpus=num_gpus, global_batch_size=batch, seq_length=seq,
-                         gpus_per_node=node, fixed=tuple(fixed.items()),
-                         allowed=tuple(allowed.items()) + launcher_restrictions(exports, model),
-                         max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp, max_ep=args.max_ep,
-                         max_vpp=args.max_vpp, max_micro_batch_size=args.max_micro_batch_size,
-                         memory_margin=args.memory_margin, **extra)
+    framework = None if args.framework is None else get_framework(args.framework)
+    if framework is None and run is None and exports and implied_framework(exports):
+        framework = get_framework(implied_framework(exports))  # --export X searches X's framework
+    launcher = launcher_restrictions(exports, model if model is not None else run.model)  # type: ignore[union-attr]
+    return build_problem(run=run, model=model, gpu=None if args.gpu is None else get_gpu(args.gpu),
+                         num_gpus=num_gpus, global_batch_size=args.global_batch_size, seq_length=args.seq_length,
+                         gpus_per_node=args.gpus_per_node, framework=framework, fixed=fixed,
+                         allowed=tuple(allowed.items()) + launcher, bounds={b: getattr(args, b) for b in BOUND_NAMES},
+                         memory_margin=args.memory_margin)
 
 
 def _counts(args: argparse.Namespace, run: RunSpec | None = None) -> list[int]:
@@ -308,14 +304,14 @@ def _single(args: argparse.Namespace, result: SearchResult, budget: Budget) -> i
     exports = _exports(args, result)
     baseline = None if getattr(args, "baseline", None) is None else compare_with_run(args.baseline, result)
     if args.json:
-        out = result.to_json(args.top)
+        out = result.to_json(args.top, explain=args.explain)
         if exports:
             out["exports"] = exports
         if baseline is not None:
             out["baseline"] = baseline
         print(dumps(out))
         return EXIT_OK
-    _print_result(result, args.top)
+    _print_result(result, args.top, args.explain)
     if baseline is not None:
         print(_baseline_line(baseline))
     _print_exports(exports)
@@ -368,6 +364,8 @@ def _plan(args: argparse.Namespace, plan: BudgetPlan) -> int:
                            "prediction": contract_prediction(chosen.result.problem, best.strategy,
                                                              chosen.result.profile_dir)}
             out["top"] = [e.to_dict() for e in chosen.result.top(args.top)]
+            if args.explain:
+                out["explain"] = [k.to_dict() for k in chosen.result.knob_alternatives()]
             if exports := _exports(args, chosen.result):
                 out["exports"] = exports
         else:
@@ -379,7 +377,7 @@ def _plan(args: argparse.Namespace, plan: BudgetPlan) -> int:
         print("\n".join(_plan_failure(plan)))
         return EXIT_INFEASIBLE
     print()
-    _print_result(chosen.result, args.top)
+    _print_result(chosen.result, args.top, args.explain)
     _print_exports(_exports(args, chosen.result))
     return EXIT_OK
 
@@ -407,7 +405,7 @@ def _table(rows: list[list[str]], header: list[str]) -> None:
         print("  ".join(x.ljust(w) if i < 2 else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths))).rstrip())
 
 
-def _print_result(result: SearchResult, top: int) -> None:
+def _print_result(result: SearchResult, top: int, explain: bool = False) -> None:
     p = result.problem
     print(f"{p.model.name} on {p.num_gpus} x {p.gpu.name}, global batch {p.global_batch_size} x "
           f"{p.seq_length} tokens, under {p.framework.display_name}")
@@ -424,8 +422,11 @@ def _print_result(result: SearchResult, top: int) -> None:
           "P(OOM) from constraints/oom.py)")
     if result.objective == "pareto":
         print("(Pareto front: each row is faster than the next or needs less memory)")
-    for line in result.why_not():
-        print(f"why not {line}")
+    if explain:
+        print("\n".join(result.explain()))
+    else:
+        for line in result.why_not():
+            print(f"why not {line}")
     print(f"{result.trials} trials ({len(result.distinct)} distinct, {len(result.feasible)} feasible), "
           f"{result.sampler}, {result.elapsed_s:.1f} s")
 

@@ -8,8 +8,9 @@ from typing import Any
 
 from costmodel.predict import predict_run
 from costmodel.specs.strategy import Strategy
+from search.explain import KnobAlternatives, explain_lines, knob_alternatives, why_not_lines
 from search.objective import Evaluation, Evaluator, search_timer
-from search.space import KNOBS, MOE_KNOBS, SearchProblem, build_space, change_knob
+from search.space import KNOBS, SearchProblem, build_space
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class SearchResult:
     elapsed_s: float
     profile_dir: str | None = None
     evaluator: Evaluator | None = field(default=None, compare=False, repr=False)
+    _alternatives: list[KnobAlternatives] | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def trials(self) -> int:
@@ -79,46 +81,47 @@ class SearchResult:
         candidates = evaluator.evaluate_many(build_space(self.problem))
         return min(candidates, key=lambda e: (e.violation, e.peak_memory_gib), default=None)
 
-    def why_not(self, limit: int = 6) -> list[str]:
-        """Why the best strategy's one-knob alternatives lose: rejected ones first, then slower ones.
+    def knob_alternatives(self) -> list[KnobAlternatives]:
+        """The best strategy with each searched knob changed alone (``search.explain``); ``[]`` if none fits.
 
-        For every searched knob, the best strategy with that knob changed (``dp``
-        re-derived) is evaluated if the search did not already. A rejected
-        alternative gives its reason with the numbers; rejected lines come first,
-        most often rejected knob value (over all trials) first. Feasible
-        alternatives follow, closest first, with how much slower they are.
+        Evaluated once per result: the why-not lines and ``--explain`` read the same list.
         """
         best = self.best
         if best is None:
             return []
-        evaluator = self.evaluator or Evaluator(self.problem, self.profile_dir)
-        space = build_space(self.problem)
+        if self._alternatives is None:
+            evaluator = self.evaluator or Evaluator(self.problem, self.profile_dir)
+            alternatives = knob_alternatives(self.problem, build_space(self.problem), best, evaluator)
+            object.__setattr__(self, "_alternatives", alternatives)
+        return list(self._alternatives)  # type: ignore[arg-type]
+
+    def why_not(self, limit: int = 6) -> list[str]:
+        """Why the best strategy's one-knob alternatives lose: rejected ones first, then slower ones.
+
+        A rejected alternative gives its reason with the numbers; rejected lines come first, most
+        often rejected knob value (over all trials) first. Feasible alternatives follow, closest
+        first, with how much slower they are.
+        """
+        best = self.best
+        if best is None:
+            return []
         rejected_count: Counter[tuple[str, Any]] = Counter()
         for e in self.distinct:
             if not e.feasible:
                 rejected_count.update((k, getattr(e.strategy, k)) for k in KNOBS)
-        rejected, slower = [], []
-        dense = not self.problem.model.is_moe
-        for knob, values in space.choices.items():
-            if knob == "dp" or dense and knob in ("etp", *MOE_KNOBS):  # derived, or no knob of a dense model
-                continue
-            for value in values:
-                alt = change_knob(best.strategy, knob, value, self.problem.num_gpus)
-                if alt is None or not space.contains(alt):
-                    continue
-                e = evaluator.evaluate(alt)
-                if not e.feasible:
-                    rejected.append((-rejected_count[(knob, value)], f"{knob}={_fmt(value)}: {e.reason}"))
-                elif e.step_time_s is not None and best.step_time_s is not None:
-                    pct = 100.0 * (e.step_time_s / best.step_time_s - 1.0)
-                    verdict = f"{pct:.1f}% slower" if pct >= 0 else f"{-pct:.1f}% faster (the search missed it)"
-                    slower.append((pct, f"{knob}={_fmt(value)}: fits ({e.peak_memory_gib:.1f} GiB), "
-                                        f"{verdict} ({e.step_time_s:.3f} s)"))
-        lines = [line for _, line in sorted(rejected)[:limit]]
-        return lines + [line for _, line in sorted(slower)[:max(0, limit - len(lines))]]
+        return why_not_lines(self.knob_alternatives(), best, rejected_count, limit)
 
-    def to_json(self, top_k: int = 5) -> dict[str, Any]:
-        """The ``parplan search --json`` object (``best`` is ``None`` when nothing fits)."""
+    def explain(self) -> list[str]:
+        """``parplan search --explain``: for every searched knob, the fastest feasible alternative and why the
+        rejected values are rejected (``[]`` when nothing fits)."""
+        best = self.best
+        return [] if best is None else explain_lines(self.knob_alternatives(), best)
+
+    def to_json(self, top_k: int = 5, explain: bool = False) -> dict[str, Any]:
+        """The ``parplan search --json`` object (``best`` is ``None`` when nothing fits).
+
+        ``explain`` adds the ``explain`` list (:meth:`KnobAlternatives.to_dict` per searched knob).
+        """
         best = self.best
         out: dict[str, Any] = {
             "problem": self.problem.describe(),
@@ -134,6 +137,8 @@ class SearchResult:
         if best is not None:
             out["best"] = {"strategy": best.strategy.to_dict(),
                            "prediction": contract_prediction(self.problem, best.strategy, self.profile_dir)}
+        if explain:
+            out["explain"] = [k.to_dict() for k in self.knob_alternatives()]
         if self.objective == "pareto":
             out["pareto"] = [e.to_dict() for e in self.pareto_front()]
         return out
@@ -146,10 +151,6 @@ def contract_prediction(problem: SearchProblem, strategy: Strategy, profile_dir:
 
 def _knobs(strategy: Strategy) -> dict[str, Any]:
     return {k: getattr(strategy, k) for k in KNOBS}
-
-
-def _fmt(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def strategy_label(strategy: Strategy) -> str:

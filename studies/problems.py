@@ -18,10 +18,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from constraints.oom import default_memory_margin
 from costmodel.specs.catalog import get_gpu
 from costmodel.specs.errors import SpecError
 from costmodel.specs.model import ModelSpec
+from search.problem import build_problem
 from search.space import SearchProblem
 from studies.spec import SearchSettings, StudySpec
 
@@ -89,10 +89,10 @@ class Problem:
     def search_problem(self) -> SearchProblem:
         """The search package's problem (raises ``SpecError`` if, e.g., the count is not whole nodes)."""
         s = self.search
-        return SearchProblem(model=self.model, gpu=get_gpu(self.gpu), num_gpus=self.num_gpus,
+        return build_problem(model=self.model, gpu=get_gpu(self.gpu), num_gpus=self.num_gpus,
                              global_batch_size=self.global_batch_size, seq_length=self.seq_length,
-                             gpus_per_node=self.gpus_per_node, fixed=s.fixed, allowed=s.allowed, **s.bounds,
-                             memory_margin=default_memory_margin() if s.memory_margin is None else s.memory_margin)
+                             gpus_per_node=self.gpus_per_node, fixed=s.fixed, allowed=s.allowed, bounds=s.bounds,
+                             memory_margin=s.memory_margin)
 
     def describe(self) -> dict[str, Any]:
         """The identifying columns of a result row."""
