@@ -104,6 +104,61 @@ def cpu_cluster(world: int) -> ClusterSpec:
     return ClusterSpec(gpu=gpu, num_gpus=world, gpus_per_node=world)
 
 
+def _fastest(call, repeats: int) -> float:
+    best = math.inf
+    for _ in range(repeats):
+        start = time.thread_time_ns()
+        call()
+        best = min(best, (time.thread_time_ns() - start) * 1e-9)
+    return best
+
+
+def _slope(seconds_of, sizes: tuple[int, int], repeats: int) -> tuple[float, float]:
+    """(seconds per unit, seconds at zero) of ``seconds_of(size)``'s fastest times at two sizes."""
+    small, large = (min(seconds_of(n) for _ in range(repeats)) for n in sizes)
+    per_unit = max(large - small, 0.0) / (sizes[1] - sizes[0])
+    return per_unit, max(small - per_unit * sizes[0], 0.0)
+
+
+def cpu_host_costs(local: int = 1024, repeats: int = 30):
+    """This CPU's ``costmodel.recsys.host.HostCosts``: the miniature's own packing operations timed on
+    one thread (thread clock, fastest of ``repeats``), each at two sizes for a per-unit cost and a
+    fixed cost (``_sharding_miniature._worker``'s ``step``: the row-wise bucketising mask, the copies of
+    ids into and out of the buffers, the pooled slices, their concatenation and the stand-in gradient).
+    Not fitted to any miniature's step time."""
+    import torch
+
+    from costmodel.recsys.host import HostCosts
+
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(0)
+
+    def bucketise(pooling: int) -> float:
+        block = torch.randint(0, 10**5, (local, pooling), generator=gen)
+
+        def run():
+            hit = (block >= 1000) & (block < 51000)
+            hit.sum(dim=1)
+            block[hit] - 1000
+        return _fastest(run, 1)
+
+    def pack(count: int) -> float:
+        pieces = [torch.zeros(count // 2, dtype=torch.long), torch.zeros(count - count // 2, dtype=torch.long)]
+        return _fastest(lambda: torch.cat(pieces), 1)
+
+    def pooled(dim: int) -> float:
+        out = torch.zeros(2 * local, dim)
+        return _fastest(lambda: (torch.cat([out[:local].reshape(-1), out[local:].reshape(-1)]),
+                                 torch.randn(2 * local * dim, generator=gen)), 1)
+
+    per_bucketised, fixed = _slope(bucketise, (4, 64), repeats)
+    per_packed, _ = _slope(pack, (4096, 262144), repeats)
+    per_pooled, _ = _slope(pooled, (8, 128), repeats)
+    return HostCosts(per_shard_call_s=fixed, per_packed_id_s=per_packed,
+                     per_bucketised_id_s=max(per_bucketised / local - per_packed, 0.0),
+                     per_pooled_element_s=per_pooled / (2 * local))
+
+
 LOOKUP_DESIGN = {"rows": (3000, 10**4, 3 * 10**4, 10**5, 3 * 10**5), "dims": (8, 16, 32, 64),
                  "poolings": (1, 4, 16, 40)}
 """The lookup grid timed on this CPU for the miniatures (their tables: 10^3.5-10^5.5 rows, dim 16-64 split

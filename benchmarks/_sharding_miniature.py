@@ -8,8 +8,9 @@ too. A step does what TorchRec's sharded EmbeddingBagCollection does (torchrec/d
 ``KJTAllToAll`` input distribution, local ``EmbeddingBag`` lookups, ``PooledEmbeddingsAllToAll``
 output distribution, and the reverse all-to-all of the gradients in the backward):
 
-1. input distribution: lengths, then ids, to the ranks that hold each table's shards (row-wise: only
-   the ids of that rank's rows, so the exchange carries what TorchRec's bucketised one carries);
+1. input distribution: the splits, the lengths, then the ids (three all-to-alls, as ``KJTAllToAll``), to
+   the ranks that hold each table's shards (row-wise: only the ids of that rank's rows, so the exchange
+   carries what TorchRec's bucketised one carries);
 2. lookups: ``torch.nn.EmbeddingBag(mode="sum", sparse=True)`` over the global batch's ids per shard;
 3. output distribution: each source rank's slice of the pooled output back to it (row-wise partial
    sums arrive one per shard: the bytes a reduce-scatter moves, the add left out);
@@ -121,27 +122,27 @@ def _worker(rank: int, world: int, port: int, tables: list[MiniTable], plans: li
                     send_len[r].append(torch.full((local,), t.pooling, dtype=torch.long))
                     send_ids[r].append(block.reshape(-1))
                 order.append((t.name, index, r, cols, kind))
+        # TorchRec's KJTAllToAll: one all-to-all of the splits (lengths and ids per destination), then one
+        # per tensor (torchrec/distributed/dist_data.py)
         len_in = [int(sum(x.numel() for x in send_len[d])) for d in range(world)]
+        id_in = [int(sum(x.numel() for x in send_ids[d])) for d in range(world)]
+        splits = torch.tensor([len_in, id_in]).T.reshape(-1)
+        recv_splits = torch.empty(2 * world, dtype=torch.long)
+        dist.all_to_all_single(recv_splits, splits)
+        len_out_sizes = recv_splits[0::2].tolist()
+        id_out_sizes = recv_splits[1::2].tolist()
         len_buf = torch.cat([torch.cat(x) if x else torch.empty(0, dtype=torch.long) for x in send_len])
-        counts = torch.tensor(len_in)
-        recv_counts = torch.empty(world, dtype=torch.long)
-        dist.all_to_all_single(recv_counts, counts)
-        len_out_sizes = recv_counts.tolist()
         recv_len = torch.empty(sum(len_out_sizes), dtype=torch.long)
         dist.all_to_all_single(recv_len, len_buf, output_split_sizes=len_out_sizes, input_split_sizes=len_in)
-        id_in = [int(sum(x.numel() for x in send_ids[d])) for d in range(world)]
-        id_counts = torch.tensor(id_in)
-        recv_id_counts = torch.empty(world, dtype=torch.long)
-        dist.all_to_all_single(recv_id_counts, id_counts)
-        recv_ids = torch.empty(int(recv_id_counts.sum()), dtype=torch.long)
+        recv_ids = torch.empty(sum(id_out_sizes), dtype=torch.long)
         dist.all_to_all_single(recv_ids, torch.cat([torch.cat(x) if x else torch.empty(0, dtype=torch.long)
                                                     for x in send_ids]),
-                               output_split_sizes=recv_id_counts.tolist(), input_split_sizes=id_in)
+                               output_split_sizes=id_out_sizes, input_split_sizes=id_in)
         marks.append(time.process_time())
         # 2. lookups: my shards, in the senders' order; each source sent [my shards...] for its local batch
         my_shards = [(name, index, cols, kind) for (name, index, r, cols, kind) in order if r == rank]
         lens_by_src = torch.split(recv_len, len_out_sizes)
-        ids_by_src = torch.split(recv_ids, recv_id_counts.tolist())
+        ids_by_src = torch.split(recv_ids, id_out_sizes)
         per_shard_lens: dict = {}
         per_shard_ids: dict = {}
         for src in range(world):
@@ -222,6 +223,9 @@ class Measured:
     cpu_s: list[float]
     wall_s: list[float]
     phase_s: list[list[float]]
+    noise_pct: float = 0.0
+    """The noise floor: mean |difference| (%) between the plans' steps over the first and the second half of
+    the rounds."""
 
 
 PHASES = ("input_dist", "lookup_fwd", "output_dist", "grad_dist", "lookup_bwd", "data_parallel")
@@ -258,5 +262,8 @@ def measure_plans(tables: list[MiniTable], plans: list[dict], world: int, batch:
                        nprocs=world, join=True, start_method="spawn")
     reports = sorted((queue.get() for _ in range(world)), key=lambda r: r[0])
     phases = np.stack([r[2] for r in reports])
+    half = phases.shape[2] // 2
+    first, second = critical_cpu_seconds(phases[:, :, :half]), critical_cpu_seconds(phases[:, :, half:])
     return Measured(cpu_s=[float(x) for x in critical_cpu_seconds(phases)], wall_s=reports[0][1],
-                    phase_s=critical_phase_seconds(phases).tolist())
+                    phase_s=critical_phase_seconds(phases).tolist(),
+                    noise_pct=float(100 * np.mean(np.abs(first - second) / second)))

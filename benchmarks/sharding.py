@@ -153,8 +153,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- part 2: measured miniatures ---------------------------------------------------------------------
-def miniature_part(count: int, seed: int) -> dict[str, Any]:
-    from benchmarks._sharding_hardware import cpu_cluster, cpu_lookup_profile
+def miniature_part(count: int, seed: int, host: bool = True) -> dict[str, Any]:
+    from benchmarks._sharding_hardware import cpu_cluster, cpu_host_costs, cpu_lookup_profile
     from benchmarks._sharding_miniature import PHASES, MiniTable, measure_plans
 
     rng = np.random.default_rng(seed + 1000)
@@ -164,6 +164,9 @@ def miniature_part(count: int, seed: int) -> dict[str, Any]:
     forward, backward, caches = cpu_lookup_profile(batch)
     # this CPU's fitted lookup profile; the miniature runs its phases back to back (blocking gloo, no pipeline)
     cost_model = {"lookup_model": forward, "backward_model": backward, "caches": caches, "pipelined": False}
+    if host:  # the host work around the all-to-alls, its unit costs timed here (costmodel.recsys.host)
+        cost_model["host"] = cpu_host_costs()
+        print(f"host unit costs: {cost_model['host']}", flush=True)
     for index in range(count):
         world = 4 if index % 5 == 4 else 2
         if world not in cluster_of:
@@ -197,28 +200,39 @@ def miniature_part(count: int, seed: int) -> dict[str, Any]:
               f"TorchRec pick +{100 * row['torchrec_pick_within']:.1f}%; per plan measured (CPU critical path, wall) / "
               "parplan / TorchRec ms:", flush=True)
         row["measured_phase_s"] = timing.phase_s
+        row["noise_pct"] = timing.noise_pct
+        print(f"    noise floor (first vs second half of the rounds): {timing.noise_pct:.1f}%", flush=True)
         row["parplan_phase_s"] = [predicted_phases(spec, cluster, p, cost_model) for p in candidates.values()]
         for name, m, w, ours_s, theirs_s, got, want in zip(candidates, measured, timing.wall_s, predicted["parplan"],
                                                            predicted["torchrec"], timing.phase_s,
                                                            row["parplan_phase_s"]):
+            kinds = sorted(sh.sharding_type for _, sh in candidates[name].shardings)
+            shape = ",".join(f"{kind.replace('table_row_wise', 'TWRW').replace('_wise', '')}x{kinds.count(kind)}"
+                             for kind in sorted(set(kinds)))
             print(f"    {name:18s} {1e3 * m:7.2f} ({1e3 * w:7.2f}) {1e3 * ours_s:7.2f} {1e3 * theirs_s:7.2f}   "
+                  f"[{shape}] "
                   + " ".join(f"{phase} {1e3 * g:.2f}/{1e3 * q:.2f}" for phase, g, q in zip(PHASES, got, want)),
                   flush=True)
     summary = {model: {"pick_within_10pct": float(np.mean([r[f"{model}_pick_within"] <= TARGET_WITHIN for r in rows])),
                        "mean_concordance": float(np.mean([r[f"{model}_concordance"] for r in rows]))}
                for model in ("parplan", "torchrec")}
+    summary["noise_floor_pct"] = float(np.mean([r["noise_pct"] for r in rows]))
     return {"miniatures": rows, "summary": summary}
 
 
 def predicted_phases(spec: DLRMSpec, cluster: Any, plan: ShardingPlan, cost_model: dict) -> list[float]:
     """parplan's seconds for each of the miniature's phases (``_sharding_miniature.PHASES``): the
     collectives, and the busiest rank's lookup forward and backward (the data-parallel tables' dense
-    gradient is in the backward; the last phase is the dense all-reduce)."""
+    gradient is in the backward; the last phase is the dense all-reduce). The forward's host work
+    (``costmodel.recsys.host``: packing, bucketising, splitting, pooled packing) is shown with the input
+    distribution, the backward's with the backward."""
+    from costmodel.recsys.host import host_seconds
     from costmodel.recsys.step import plan_step_seconds
 
     step = plan_step_seconds(spec, cluster, plan, **cost_model)
-    return [step.comm.input_dist, max(r.lookup_fwd_s for r in step.ranks), step.comm.output_dist,
-            step.comm.grad_dist, max(r.lookup_bwd_s for r in step.ranks), step.comm.dense_all_reduce]
+    host_fwd, host_bwd = host_seconds(spec, plan, cost_model["host"]) if "host" in cost_model else ([0.0], [0.0])
+    return [step.comm.input_dist + max(host_fwd), max(r.lookup_fwd_s for r in step.ranks), step.comm.output_dist,
+            step.comm.grad_dist, max(r.lookup_bwd_s for r in step.ranks) + max(host_bwd), step.comm.dense_all_reduce]
 
 
 def candidate_plans(spec: DLRMSpec, cluster: Any, rank_seconds: Any) -> dict[str, ShardingPlan]:
@@ -256,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-miniatures", action="store_true")
+    parser.add_argument("--no-host", action="store_true",
+                        help="miniatures: leave the host work around the all-to-alls out of parplan's model")
     parser.add_argument("--json", action="store_true", help="print the JSON of every figure at the end")
     args = parser.parse_args(argv)
     if not available():
@@ -267,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         out["planning"] = planning_part(args.problems, args.seed, args.trials)
         print(json.dumps(out["planning"]["summary"], indent=1))
     if args.miniatures and not args.skip_miniatures:
-        out["miniatures"] = miniature_part(args.miniatures, args.seed)
+        out["miniatures"] = miniature_part(args.miniatures, args.seed, host=not args.no_host)
         print(json.dumps(out["miniatures"]["summary"], indent=1))
     if args.json:
         print(json.dumps(out, default=float))

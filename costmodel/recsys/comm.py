@@ -5,7 +5,8 @@ Bytes follow TorchRec's sharded embedding modules (torchrec/distributed/sharding
 column-wise shards exchange pooled vectors by all-to-all, row-wise shards reduce-scatter partial sums over
 their ranks (all-gather in the backward), table-row-wise shards reduce-scatter inside their node and then
 all-to-all across nodes. Ids are int64 and lengths int32, pooled vectors and gradients fp32 (TorchRec's
-defaults without quantized comms).
+defaults without quantized comms). The input distribution is three all-to-alls, each with its latency,
+as ``KJTAllToAll`` runs it (torchrec/distributed/dist_data.py): the splits, the lengths, the ids.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from costmodel.specs.recsys import DLRMSpec
 
 LENGTH_BYTES = 4  # int32 lengths of a KeyedJaggedTensor
 GRAD_BYTES = 4  # fp32 dense gradients (DDP default)
+SPLIT_BYTES = 2 * 8  # KJTAllToAll's splits: an int64 lengths and values size per destination
 
 
 def placement_of(ranks: Iterable[int], cluster: ClusterSpec) -> GroupPlacement:
@@ -52,6 +54,8 @@ def comm_times(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, dense_p
     local = spec.batch_size / world
     ids_send = np.zeros(world)
     ids_recv = np.zeros(world)
+    lengths_send = np.zeros(world)
+    lengths_recv = np.zeros(world)
     pooled_send = np.zeros(world)
     pooled_recv = np.zeros(world)
     reduce_bytes: dict[tuple[int, ...], float] = {}
@@ -60,7 +64,8 @@ def comm_times(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, dense_p
         sharding = plan[table.name]
         kind, ranks = sharding.sharding_type, sharding.ranks
         bags_local = local * table.num_features
-        ids_local = bags_local * table.pooling_mean * INDEX_BYTES + bags_local * LENGTH_BYTES
+        ids_local = bags_local * table.pooling_mean * INDEX_BYTES
+        lengths_local = bags_local * LENGTH_BYTES
         pooled_local = bags_local * table.dim * OUTPUT_BYTES
         if kind == "data_parallel":
             dp_bytes += table.rows * table.dim * GRAD_BYTES
@@ -69,14 +74,18 @@ def comm_times(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, dense_p
         if kind in ("table_wise", "column_wise"):
             copies = k if kind == "column_wise" else 1  # every column shard needs all the ids
             ids_send += ids_local * copies
+            lengths_send += lengths_local * copies
             pooled_recv += pooled_local
             for rank in ranks:  # each shard receives every rank's ids and sends its slice of every bag
                 ids_recv[rank] += ids_local * world
+                lengths_recv[rank] += lengths_local * world
                 pooled_send[rank] += pooled_local * world / k
         else:  # row_wise, table_row_wise: ids bucketised by row block, partial sums reduce-scattered
             ids_send += ids_local
+            lengths_send += lengths_local * k  # every row block gets every bag's length
             for rank in ranks:
                 ids_recv[rank] += ids_local * world / k
+                lengths_recv[rank] += lengths_local * world
             whole = spec.batch_size * table.num_features * table.dim * OUTPUT_BYTES
             if kind == "table_row_wise":  # one node's partial sums reduced in the node, then a2a across nodes
                 pooled_recv += pooled_local
@@ -88,8 +97,11 @@ def comm_times(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, dense_p
                          for group, size in reduce_bytes.items())
     everyone = placement_of(range(world), cluster)
     ids = float(max(ids_send.max(), ids_recv.max()))
+    lengths = float(max(lengths_send.max(), lengths_recv.max()))
     pooled = float(max(pooled_send.max(), pooled_recv.max()))
-    a2a_ids = collective_seconds("all_to_all", ids, everyone, cluster.gpu) if ids else 0.0
+    # KJTAllToAll (torchrec/distributed/dist_data.py): one all-to-all of the splits, then one per tensor
+    a2a_ids = sum(collective_seconds("all_to_all", size, everyone, cluster.gpu)
+                  for size in (SPLIT_BYTES * world, lengths, ids)) if ids or lengths else 0.0
     a2a_pooled = collective_seconds("all_to_all", pooled, everyone, cluster.gpu) if pooled else 0.0
     # backward: the same volumes in reverse (reduce-scatter's transpose is an all-gather of equal time)
     all_reduce = collective_seconds("all_reduce", dense_params * GRAD_BYTES + dp_bytes, everyone, cluster.gpu)

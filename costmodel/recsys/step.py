@@ -30,6 +30,7 @@ from costmodel.recsys.embedding import (
     lookup_columns,
     optimizer_state_bytes_per_row,
 )
+from costmodel.recsys.host import HostCosts, host_seconds
 from costmodel.recsys.plan import ShardingPlan
 from costmodel.specs.errors import SpecError
 from costmodel.specs.gpu import ClusterSpec
@@ -58,10 +59,13 @@ class RankTimes:
     total_s: float
     lookups: float
     unique_rows: float
+    host_s: float = 0.0
+    """Host work packing and unpacking the embedding all-to-alls (``costmodel.recsys.host``; 0: not modelled)."""
 
     @property
     def compute_s(self) -> float:
-        return self.lookup_fwd_s + self.lookup_bwd_s + self.dense_fwd_s + self.dense_bwd_s + self.dense_optimizer_s
+        return (self.lookup_fwd_s + self.lookup_bwd_s + self.dense_fwd_s + self.dense_bwd_s + self.dense_optimizer_s
+                + self.host_s)
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,8 @@ def _default_timer(cluster: ClusterSpec) -> OperatorTimer:
 
 def plan_step_seconds(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, *, lookup_model: Any = None,
                       timer: OperatorTimer | None = None, pipelined: bool = True,
-                      caches: CacheLevels | None = None, backward_model: Any = None) -> StepBreakdown:
+                      caches: CacheLevels | None = None, backward_model: Any = None,
+                      host: HostCosts | None = None) -> StepBreakdown:
     """Per-rank times and the step time of ``spec`` trained on ``cluster`` with ``plan``.
 
     Parameters
@@ -152,6 +157,10 @@ def plan_step_seconds(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, 
         The lookup backward + sparse optimizer step fitted on the same columns (a measured profile of a
         kernel that is not FBGEMM's fused TBE); the fused backward's traffic at the forward's
         efficiency when None.
+    host : HostCosts, optional
+        Unit costs of the host work around the embedding all-to-alls (packing, bucketising, unpacking;
+        measured on a CPU), on each rank's compute stream before its lookups and after its backward;
+        not modelled when None (a GPU's kernels for it are inside the collective model's latency).
 
     Raises
     ------
@@ -195,7 +204,9 @@ def plan_step_seconds(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, 
     dense = _dense(spec, spec.batch_size // world, timer or _default_timer(cluster))
     notes += dense.notes
     comm = comm_times(spec, cluster, plan, dense_params(spec))
-    ranks = _schedule(lookups, dense, comm, pipelined, [sum(s.lookups for s, _, _ in e) for e in per_rank])
+    host_fwd, host_bwd = host_seconds(spec, plan, host) if host is not None else (np.zeros(world), np.zeros(world))
+    ranks = _schedule(lookups, dense, comm, pipelined, [sum(s.lookups for s, _, _ in e) for e in per_rank],
+                      host_fwd, host_bwd)
     return StepBreakdown(step_s=max(r.total_s for r in ranks), ranks=ranks, comm=comm, pipelined=pipelined,
                          notes=tuple(notes))
 
@@ -208,15 +219,17 @@ def _dense(spec: DLRMSpec, local_batch: int, timer: OperatorTimer) -> DenseTimes
 
 
 def _schedule(lookups: list[tuple[float, float, float]], dense: DenseTimes, comm: CommTimes, pipelined: bool,
-              lookup_counts: list[float]) -> tuple[RankTimes, ...]:
-    """Each rank's end time on the two-stream schedule (module docstring)."""
-    fwd = np.array([f for f, _, _ in lookups])
-    bwd = np.array([b for _, b, _ in lookups])
+              lookup_counts: list[float], host_fwd: np.ndarray, host_bwd: np.ndarray) -> tuple[RankTimes, ...]:
+    """Each rank's end time on the two-stream schedule (module docstring); the host work of the input and
+    output distribution runs on the compute stream with the lookups, that of the gradients with the backward."""
+    fwd = np.array([f for f, _, _ in lookups]) + host_fwd
+    bwd = np.array([b for _, b, _ in lookups]) + host_bwd
+    host = host_fwd + host_bwd
     top = dense.top_fwd + dense.top_bwd
     if not pipelined:
         comm_total = comm.input_dist + comm.output_dist + comm.grad_dist + comm.dense_all_reduce
         end = comm_total + fwd + bwd + dense.bottom_fwd + dense.bottom_bwd + top + dense.optimizer
-        return tuple(_rank(r, lookups[r], dense, float(end[r]), comm_total, lookup_counts[r])
+        return tuple(_rank(r, lookups[r], dense, float(end[r]), comm_total, lookup_counts[r], float(host[r]))
                      for r in range(len(lookups)))
     out_start = float(fwd.max())  # the pooled all-to-all needs every rank's lookups
     ready_top = np.maximum(fwd + dense.bottom_fwd, out_start + comm.output_dist)
@@ -229,13 +242,13 @@ def _schedule(lookups: list[tuple[float, float, float]], dense: DenseTimes, comm
     comm_busy = comm.input_dist + comm.output_dist + comm.grad_dist + comm.dense_all_reduce
     end = np.maximum(end, comm_busy)
     compute = fwd + bwd + dense.bottom_fwd + dense.bottom_bwd + top + dense.optimizer
-    return tuple(_rank(r, lookups[r], dense, float(end[r]), float(end[r] - compute[r]), lookup_counts[r])
-                 for r in range(len(lookups)))
+    return tuple(_rank(r, lookups[r], dense, float(end[r]), float(end[r] - compute[r]), lookup_counts[r],
+                       float(host[r])) for r in range(len(lookups)))
 
 
 def _rank(rank: int, lookup: tuple[float, float, float], dense: DenseTimes, total: float, exposed: float,
-          count: float) -> RankTimes:
+          count: float, host: float) -> RankTimes:
     return RankTimes(rank=rank, lookup_fwd_s=lookup[0], lookup_bwd_s=lookup[1],
                      dense_fwd_s=dense.bottom_fwd + dense.top_fwd, dense_bwd_s=dense.bottom_bwd + dense.top_bwd,
                      dense_optimizer_s=dense.optimizer, exposed_comm_s=max(0.0, exposed), total_s=total,
-                     lookups=count, unique_rows=lookup[2])
+                     lookups=count, unique_rows=lookup[2], host_s=host)

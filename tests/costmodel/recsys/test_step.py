@@ -111,3 +111,13 @@ def test_a_fitted_backward_model_prices_the_backward_instead_of_the_fused_traffi
     fitted = plan_step_seconds(SPEC, CLUSTER, plan, lookup_model=_PerShard(1e-4), backward_model=_PerShard(3e-3))
     assert fitted.ranks[1].lookup_bwd_s == pytest.approx(3e-3)
     assert fused.ranks[1].lookup_bwd_s != pytest.approx(3e-3)
+
+
+def test_the_input_distribution_pays_three_all_to_all_latencies_as_kjt_all_to_all():
+    from costmodel.comm import collective_seconds
+    from costmodel.recsys.comm import placement_of
+
+    plan = uniform_plan(SPEC, 8, "table_wise")
+    latency = collective_seconds("all_to_all", 1.0, placement_of(range(8), CLUSTER), CLUSTER.gpu)
+    comm = plan_step_seconds(SPEC, CLUSTER, plan).comm
+    assert comm.input_dist >= 3 * latency
