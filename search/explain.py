@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from costmodel.specs.strategy import Strategy
 from search.objective import Evaluation, Evaluator
 from search.space import (
     KNOBS,
@@ -69,9 +70,9 @@ class KnobAlternatives:
     @property
     def fastest(self) -> Alternative | None:
         """The fastest feasible alternative (ties: less memory), or ``None``."""
-        ok = [a for a in self.alternatives if a.feasible and a.evaluation.step_time_s is not None]  # type: ignore[union-attr]
-        return min(ok, key=lambda a: (a.evaluation.step_time_s, a.evaluation.peak_memory_gib),  # type: ignore[union-attr]
-                   default=None)
+        timed = [(a.evaluation.step_time_s, a.evaluation.peak_memory_gib, i) for i, a in enumerate(self.alternatives)
+                 if a.evaluation is not None and a.feasible and a.evaluation.step_time_s is not None]
+        return self.alternatives[min(timed)[2]] if timed else None
 
     def to_dict(self) -> dict[str, Any]:
         """One item of the ``explain`` list of ``parplan search --json --explain``."""
@@ -109,8 +110,9 @@ def knob_alternatives(problem: SearchProblem, space: StrategySpace, best: Evalua
     """
     fw = problem.framework
     current = space.knobs_of(best.strategy)
-    pending: list[tuple[str, Any, Any]] = []
-    for knob in searched_knobs(problem, space):
+    knobs = searched_knobs(problem, space)
+    pending: list[tuple[str, Any, Strategy | None]] = []
+    for knob in knobs:
         for value in space.choices[knob]:
             if value == knob_value(best.strategy, knob, fw):
                 continue
@@ -122,7 +124,7 @@ def knob_alternatives(problem: SearchProblem, space: StrategySpace, best: Evalua
                 continue
             pending.append((knob, value, alt if alt is not None and space.contains(alt) else None))
     evaluations = iter(evaluator.evaluate_many(alt for _, _, alt in pending if alt is not None))
-    by_knob: dict[str, list[Alternative]] = {k: [] for k in searched_knobs(problem, space)}
+    by_knob: dict[str, list[Alternative]] = {k: [] for k in knobs}
     for knob, value, alt in pending:
         by_knob[knob].append(Alternative(value, None if alt is None else next(evaluations)))
     out = []
