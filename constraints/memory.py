@@ -58,8 +58,9 @@ Other (peak-time buffers): fp32 + 16-bit logits on the last stage (6 bytes x b x
     NeMo Automodel ``never``),
     MoE dispatch/combine tokens and DeepEP's fixed buffers (``constraints.moe_buffers``, sized by the
     capacity factor or the drop-less load imbalance), Transformer Engine's TP-overlap userbuffers
-    (``constraints.workspace``), one layer's working set during full-recompute backward, and without
-    flash attention or recompute the two score-sized gradients of an attention backward.
+    (``constraints.workspace``), one layer's working set during full-recompute backward, without
+    flash attention or recompute the two score-sized gradients of an attention backward, and with CUDA
+    graphs their static buffers and private pool (``constraints.cuda_graphs``).
 A runtime reserve (capacity CUDA hides, CUDA context, NCCL buffers) is not part of the
 peak: it is taken from the capacity instead (``ClusterSpec.usable_memory_bytes``).
 
@@ -76,6 +77,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from constraints.cuda_graphs import private_pool_bytes, static_batch_bytes, static_input_bytes
 from constraints.workspace import userbuffer_bytes
 from constraints.moe_buffers import deepep_buffer_bytes, dispatched_token_bytes
 from costmodel.specs.framework import BYTES, Framework
@@ -513,9 +515,18 @@ def other_bytes(run: RunSpec, stage: int) -> float:
         out += unfused_attention_backward_bytes(model, s, run.seq_length)
     layer_sac = s.recompute == "selective" and run.framework.selective_recompute == "layer"
     if s.recompute == "full" or layer_sac:  # a checkpointed layer's forward is rebuilt in its backward
-        out += activation_bytes_per_layer(model, replace(s, recompute="none"), run.seq_length, moe=model.is_moe,
-                                          linear_input_bytes=fp8_linear_input_bytes(run.framework, s.precision))
+        out += layer_working_set_bytes(run)
+    if s.cuda_graphs != "none":  # constraints.cuda_graphs: the graphs' static buffers and private pool
+        out += private_pool_bytes(run, layer_working_set_bytes(run), out) + static_batch_bytes(run, stage) \
+            + static_input_bytes(run, inflight_chunks(s, stage) * s.vpp)
     return out
+
+
+def layer_working_set_bytes(run: RunSpec) -> float:
+    """One layer's activations of one micro-batch without recompute: what its backward works on at once."""
+    model, s = run.model, run.strategy
+    return activation_bytes_per_layer(model, replace(s, recompute="none"), run.seq_length, moe=model.is_moe,
+                                      linear_input_bytes=fp8_linear_input_bytes(run.framework, s.precision))
 
 
 def zero3_gather_layers(run: RunSpec, stage: int) -> float:

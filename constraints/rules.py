@@ -315,6 +315,30 @@ def framework_runs_tp_comm_overlap(run: RunSpec) -> str | None:
     return None
 
 
+def framework_runs_cuda_graphs(run: RunSpec) -> str | None:
+    """The framework captures the CUDA-graph scope, at a shape Megatron-Core captures.
+
+    Megatron-LM @d98e8a64 megatron/core/transformer/transformer_config.py ``__post_init__``: "full recompute
+    is only supported with full iteration CUDA graph"; a whole MoE layer is captured only with drop-and-pad
+    ("moe cuda graph is only supported with drop-padding MoE"; docs/user-guide/features/cuda_graph.md: the
+    default whole-layer capture is "not working for MoE dynamic shapes", and full-iteration graphs of MoE
+    models need the dev branch's paged stash). Capturing only attention and router is not modelled.
+    """
+    fw, s = run.framework, run.strategy
+    scope = s.cuda_graphs
+    if scope == "none":
+        return None
+    if scope not in fw.cuda_graph_scopes:
+        runs = ", ".join(fw.cuda_graph_scopes) or "none"
+        return f"cuda_graphs={scope} is not offered by {fw.display_name} (framework {fw.name} captures {runs})"
+    if scope == "layers" and s.recompute == "full":
+        return "cuda_graphs=layers with recompute=full: Megatron-Core graphs full recompute only as full_iteration"
+    if run.model.is_moe and (scope == "full_iteration" or s.moe_capacity_factor is None):
+        return (f"cuda_graphs={scope} captures a whole MoE layer only with drop-and-pad (set "
+                f"moe_capacity_factor; full_iteration needs Megatron-Core's dev paged stash)")
+    return None
+
+
 def pipeline_schedule_runs(run: RunSpec) -> str | None:
     """The framework implements the named schedule (``Framework.pipeline_schedules``), at a shape it runs.
 
@@ -376,6 +400,7 @@ RULES: tuple[Rule, ...] = (
     framework_runs_parallelism,
     framework_runs_recompute,
     framework_runs_tp_comm_overlap,
+    framework_runs_cuda_graphs,
     pipeline_schedule_runs,
 )
 

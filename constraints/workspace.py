@@ -12,7 +12,7 @@ reduce-scatter would hold ``2 tp - 1`` chunks, but none of the defaults is one
 (common/comm_gemm_overlap/comm_gemm_overlap.cpp ``CommOverlapP2PBase::initialize``).
 
 NCCL's own buffers and the CUDA context stay in the runtime reserve (``ClusterSpec.usable_memory_bytes``).
-CUDA graphs are not a parplan knob, so their private memory pool is not counted.
+CUDA graphs (``Strategy.cuda_graphs``): their static buffers and private pool are ``constraints.cuda_graphs``.
 """
 
 from __future__ import annotations

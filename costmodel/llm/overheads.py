@@ -35,6 +35,11 @@ from costmodel.timing import OperatorTimer
 # CUDA Graphs" (developer.nvidia.com/blog/cuda-graphs/) measures a few us of launch overhead
 # per kernel on top of a 2.9 us kernel. 5 us is inside that range, not fitted.
 LAUNCH_S_PER_KERNEL = 5e-6
+# Under CUDA graphs (Strategy.cuda_graphs) the host issues one cudaGraphLaunch per captured pass instead of
+# each kernel (the graph runs as one launch, NVIDIA "Getting Started with CUDA Graphs"); "layers" captures
+# each layer's forward and backward (Megatron-LM @d98e8a64 docs/user-guide/features/cuda_graph.md),
+# "full_iteration" all of them at once, so one launch per layer pass bounds both.
+GRAPH_LAUNCHES_PER_PASS = 1
 
 # Coefficient of variation of one replica's step time (independent jitter: clocks under power
 # and thermal limits, OS noise, link retries). Source: Llama 3 (arXiv 2407.21783, section 3.3.4)
@@ -77,7 +82,8 @@ def layer_launch_exposed_s(run: RunSpec, timer: OperatorTimer, dense_layers: flo
     """Exposed launch seconds of one micro-batch (forward, then backward) over a stage's layers.
 
     Each layer's GPU work is its own operators timed by ``timer`` (memoised on the timer
-    per model, sequence, strategy, framework and layer kind).
+    per model, sequence, strategy, framework and layer kind). Captured layers (``Strategy.cuda_graphs``)
+    issue one graph launch per pass.
     """
     exposed = 0.0
     for count, moe in ((dense_layers, False), (moe_layers, True)):
@@ -87,6 +93,8 @@ def layer_launch_exposed_s(run: RunSpec, timer: OperatorTimer, dense_layers: flo
             if hit is None:
                 timed = timer.time_ops(_layer_ops(run, moe))
                 fwd_kernels, bwd_kernels = kernels_per_layer(run, moe)
+                if run.strategy.cuda_graphs != "none":  # a captured layer is one graph launch per pass
+                    fwd_kernels = bwd_kernels = GRAPH_LAUNCHES_PER_PASS
                 hit = timer.stage_memo[key] = (
                     launch_exposed_s(fwd_kernels, timed.total(("fwd",)))
                     + launch_exposed_s(bwd_kernels, timed.total(("bwd", "recompute"))))

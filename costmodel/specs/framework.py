@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from costmodel.specs.errors import SpecError, reject_unknown_keys, require_bool, require_choice, require_int
-from costmodel.specs.strategy import PIPELINE_SCHEDULES, RECOMPUTE
+from costmodel.specs.strategy import CUDA_GRAPH_SCOPES, PIPELINE_SCHEDULES, RECOMPUTE
 
 DEFAULT_FRAMEWORK = "megatron-core"
 FRAMEWORK_NAMES = ("megatron-core", "nemo", "megatron-bridge", "torchtitan", "deepspeed", "maxtext", "automodel",
@@ -174,6 +174,9 @@ class Framework:
     supports_context_parallel: bool = True
     """Whether context parallelism exists (``Strategy.cp`` > 1)."""
     recompute_modes: tuple[str, ...] = RECOMPUTE
+    cuda_graph_scopes: tuple[str, ...] = ()
+    """CUDA-graph scopes it captures in training (``Strategy.cuda_graphs`` other than ``none``;
+    ``layers``, ``full_iteration``); empty: it runs eager kernels only."""
     """Activation-recompute modes it implements (``Strategy.recompute``; ``selective`` is Korthikanti et al.
     2022's, absent before it)."""
 
@@ -212,6 +215,10 @@ class Framework:
                 or not set(self.recompute_modes) <= set(RECOMPUTE):
             raise SpecError(f"{where}.recompute_modes", self.recompute_modes,
                             "a list among " + ", ".join(RECOMPUTE) + " holding none")
+        graphed = set(CUDA_GRAPH_SCOPES) - {"none"}
+        if not isinstance(self.cuda_graph_scopes, tuple) or not set(self.cuda_graph_scopes) <= graphed:
+            raise SpecError(f"{where}.cuda_graph_scopes", self.cuda_graph_scopes,
+                            "a list among " + ", ".join(sorted(graphed)) + " (empty: none)")
         for name in ("zero_stages", "zero_stages_with_pp", "hsdp_zero_stages"):
             stages = getattr(self, name)
             if not isinstance(stages, tuple) or not set(stages) <= {0, 1, 2, 3}:
@@ -231,7 +238,7 @@ class Framework:
 FIELD_NAMES = frozenset(f.name for f in fields(Framework))
 _FILE_KEYS = FIELD_NAMES | {"inherits", "sources", "aliases"}
 _TUPLE_FIELDS = ("zero_stages", "zero_stages_with_pp", "hsdp_zero_stages", "cp_comm_types", "pipeline_schedules",
-                 "recompute_modes")
+                 "recompute_modes", "cuda_graph_scopes")
 
 
 def _read_file(name: str) -> dict[str, Any]:

@@ -26,6 +26,11 @@ PIPELINE_SCHEDULES = ("1f1b", "interleaved", "dualpipe")
 # Sec. 3.2.1 ("requires keeping two copies of the model parameters") and Table 2 / github.com/deepseek-ai/DualPipe
 # README ("Parameter Per Device 2x"); both state parameters only.
 PARAMETER_COPIES = {"dualpipe": 2}
+# What CUDA graphs capture (constraints/cuda_graphs.py), as Megatron-LM @d98e8a64 names its scopes
+# (docs/user-guide/features/cuda_graph.md): "layers", one graph per transformer layer and micro-batch
+# (--cuda-graph-impl transformer_engine|local, --cuda-graph-modules unset: the whole layer);
+# "full_iteration", the forward-backward of the whole step (--cuda-graph-impl full_iteration).
+CUDA_GRAPH_SCOPES = ("none", "layers", "full_iteration")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +77,11 @@ class Strategy:
     (PyTorch-pipelining frameworks step the schedule once per local batch inside their
     gradient-accumulation loop: NeMo Automodel's ``GA``, torchtitan); Megatron runs all in one.
 
+    ``cuda_graphs`` (``CUDA_GRAPH_SCOPES``; default ``none``, eager): what CUDA graphs capture, per
+    layer or the whole iteration; where the framework runs them (``Framework.cuda_graph_scopes``) it
+    adds the graphs' static buffers and private pool to memory and removes the captured kernels' host
+    launch time (``constraints.cuda_graphs``, ``costmodel.llm.overheads``).
+
     ``hsdp_shard_size`` (hybrid sharded data parallelism): the data-parallel ranks (of the
     ``dp * cp`` gradient-sync group) one ZeRO shard spans; the ``dp * cp / hsdp_shard_size``
     groups replicate it. 0 (default): shard over all of them. Smaller groups keep the
@@ -113,6 +123,7 @@ class Strategy:
     account_for_embedding: bool = False
     account_for_loss: bool = False
     hsdp_shard_size: int = 0
+    cuda_graphs: str = "none"
 
     def __post_init__(self) -> None:
         if self.sequence_parallel is None:  # Megatron-Core / NeMo recipes turn it on whenever tp > 1
@@ -122,6 +133,7 @@ class Strategy:
         require_choice("strategy.recompute", self.recompute, RECOMPUTE)
         require_choice("strategy.precision", self.precision, PRECISIONS)
         require_choice("strategy.cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
+        require_choice("strategy.cuda_graphs", self.cuda_graphs, CUDA_GRAPH_SCOPES)
         require_int("strategy.hsdp_shard_size", self.hsdp_shard_size, minimum=0)
         require_int("strategy.pipeline_flushes", self.pipeline_flushes)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:

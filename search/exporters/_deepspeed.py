@@ -35,6 +35,8 @@ class DeepSpeedExporter(Exporter):
         s = strategy
         if s.pp > 1 and s.zero_stage >= 2:  # deepspeed/runtime/pipe/engine.py (0.19.8) asserts it
             return "zero_stage", s.zero_stage, "0 or 1 with pp > 1 (DeepSpeed's pipeline engine)"
+        if s.cuda_graphs != "none":  # costmodel/catalog/frameworks/deepspeed.yaml cuda_graph_scopes
+            return "cuda_graphs", s.cuda_graphs, "none (no training CUDA graphs are offered for DeepSpeed)"
         if s.shard_replicas > 1:  # DeepSpeedConfig rejects zero_optimization.mics_shard_size (0.19.8)
             return "hsdp_shard_size", s.hsdp_shard_size, "unset: DeepSpeed 0.19 removed MiCS hybrid sharding"
         return None

@@ -110,6 +110,27 @@ def megatron_refusal(strategy: Strategy) -> tuple[str, object, str] | None:
     return None
 
 
+# Strategy.cuda_graphs -> --cuda-graph-impl (Megatron-LM @d98e8a64 docs/user-guide/features/cuda_graph.md):
+# per-layer graphs through Transformer Engine's make_graphed_callables (what NeMo / Megatron-Bridge run),
+# --cuda-graph-modules left unset so the whole layer is captured.
+CUDA_GRAPH_IMPL = {"layers": "transformer_engine", "full_iteration": "full_iteration"}
+
+
+def cuda_graph_args(strategy: Strategy) -> list[list[str]]:
+    """``--cuda-graph-impl``; full-iteration graphs also need ``--no-check-for-nan-in-loss-and-grad``.
+
+    megatron/training/arguments.py @d98e8a64 validate_args: "--no-check-for-nan-in-loss-and-grad should be
+    set with --cuda-graph-impl=full_iteration for training."
+    """
+    impl = CUDA_GRAPH_IMPL.get(strategy.cuda_graphs)
+    if impl is None:
+        return []
+    args = [["--cuda-graph-impl", impl]]
+    if impl == "full_iteration":
+        args.append(["--no-check-for-nan-in-loss-and-grad"])
+    return args
+
+
 def strategy_args(strategy: Strategy, model: ModelSpec, framework: Framework | None = None) -> list[list[str]]:
     """The parallelism, batch, recompute, precision and framework arguments, grouped per flag."""
     s = strategy
@@ -148,6 +169,7 @@ def strategy_args(strategy: Strategy, model: ModelSpec, framework: Framework | N
         args.append(["--cp-comm-type", s.cp_comm_type])
     if s.tp_comm_overlap:
         args.append(["--tp-comm-overlap"])
+    args += cuda_graph_args(s)
     if s.overlap_grad_reduce:
         args.append(["--overlap-grad-reduce"])
     if s.overlap_param_gather and s.zero_stage >= 1:
@@ -267,7 +289,7 @@ class MegatronExporter(Exporter):
         return frozenset({"tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size",
                           "sequence_parallel", "recompute", "zero_stage", "precision", "flash_attention",
                           "tp_comm_overlap", "overlap_grad_reduce", "cp_comm_type", "etp", "moe_token_dispatcher",
-                          "moe_capacity_factor", "moe_shared_expert_overlap", "moe_a2a_overlap"}
+                          "moe_capacity_factor", "moe_shared_expert_overlap", "moe_a2a_overlap", "cuda_graphs"}
                          | ({"overlap_param_gather"} if strategy.zero_stage >= 1 else set())
                          | ({"hsdp_shard_size"} if strategy.shard_replicas > 1 and strategy.zero_stage in HSDP_STAGES
                             else set()))

@@ -17,6 +17,7 @@ from costmodel.specs.model import ModelSpec
 from costmodel.specs.strategy import Strategy
 from search.exporters._base import Exporter, catalog_match, header
 from search.exporters._megatron import (
+    CUDA_GRAPH_IMPL,
     DEFAULT_CKPT_FORMAT,
     FSDP_CKPT_FORMAT,
     FSDP_SHARDING,
@@ -95,7 +96,7 @@ class NeMoExporter(Exporter):
                           "sequence_parallel", "recompute", "zero_stage", "precision", "tp_comm_overlap",
                           "overlap_grad_reduce", "overlap_param_gather", "cp_comm_type", "etp",
                           "moe_token_dispatcher", "moe_capacity_factor", "moe_shared_expert_overlap",
-                          "moe_a2a_overlap"}
+                          "moe_a2a_overlap", "cuda_graphs"}
                          | ({"hsdp_shard_size"} if strategy.shard_replicas > 1 and strategy.zero_stage in HSDP_STAGES
                             else set()))
 
@@ -127,6 +128,8 @@ class NeMoExporter(Exporter):
                                                              else s.moe_a2a_overlap)
         if s.recompute == "full":
             model.update({"recompute_method": "uniform", "recompute_num_layers": 1})
+        if s.cuda_graphs != "none":  # TransformerConfig.cuda_graph_impl (Megatron-Core @d98e8a64)
+            model["cuda_graph_impl"] = CUDA_GRAPH_IMPL[s.cuda_graphs]
         model.update(layout_keys(s, problem))
         ddp: dict[str, Any] = {
             "use_distributed_optimizer": s.zero_stage >= 1,
@@ -134,6 +137,8 @@ class NeMoExporter(Exporter):
             "overlap_param_gather": s.overlap_param_gather,
             "grad_reduce_in_fp32": fw.grad_reduce_dtype == "fp32",  # the gradient buffer the memory assumed
         }
+        if s.cuda_graphs == "full_iteration":  # Megatron-LM training/arguments.py: check_for_nan_in_grad from
+            ddp["check_for_nan_in_grad"] = False  # --no-check-for-nan-in-loss-and-grad, required by the graph
         if uses_megatron_fsdp(s):
             ddp.update({"use_megatron_fsdp": True, "data_parallel_sharding_strategy": FSDP_SHARDING[s.zero_stage]})
         if s.shard_replicas > 1 and s.zero_stage in HSDP_STAGES:  # DistributedDataParallelConfig (HSDP)

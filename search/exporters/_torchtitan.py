@@ -122,6 +122,8 @@ class TorchtitanExporter(Exporter):
             return "cp_comm_type", s.cp_comm_type, f"{CP_EXCHANGE} (torchtitan 0.3 has no rotate-method setting)"
         if s.tp_comm_overlap:
             return "tp_comm_overlap", True, "false (torchtitan's async TP is not Transformer Engine's overlap)"
+        if s.cuda_graphs != "none":  # the export disables them: parplan models no torchtitan capture
+            return "cuda_graphs", s.cuda_graphs, "none (the export sets --training.disable-cuda-graphs)"
         shard = 1 if s.zero_stage == 0 else s.dp // s.shard_replicas
         if s.ep > 1 and (shard * s.cp * s.tp) % s.ep:  # ParallelDims: dp_shard * cp * tp == efsdp * ep
             return "ep", s.ep, (f"a divisor of dp_shard * cp * tp = {shard * s.cp * s.tp} (torchtitan's experts "

@@ -36,6 +36,10 @@ STRATEGIES = {
     "moe-zero2": (MOE, Strategy(tp=2, pp=2, dp=16, ep=8, micro_batch_size=1, global_batch_size=64, zero_stage=2)),
     # 126 layers on 16 stages: 7, 14 x 8, 7
     "uneven-pp": (UNEVEN, Strategy(tp=4, pp=16, dp=1, micro_batch_size=1, global_batch_size=64)),
+    "graphs-per-layer": (PROBLEM, Strategy(tp=2, pp=4, dp=8, micro_batch_size=1, global_batch_size=64,
+                                           cuda_graphs="layers")),
+    "graphs-full-iteration": (PROBLEM, Strategy(tp=2, pp=2, dp=16, micro_batch_size=1, global_batch_size=64,
+                                                recompute="full", cuda_graphs="full_iteration")),
 }
 
 
@@ -86,6 +90,9 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--moe-layer-freq")
     p.add_argument("--outer-dp-sharding-strategy", choices=("no_shard", "optim"))
     p.add_argument("--normalization", choices=("LayerNorm", "RMSNorm"))
+    p.add_argument("--cuda-graph-impl", choices=("none", "local", "transformer_engine", "full_iteration"),
+                   default="none")
+    p.add_argument("--no-check-for-nan-in-loss-and-grad", action="store_false", dest="check_for_nan_in_loss_and_grad")
     p.add_argument("--position-embedding-type", choices=("learned_absolute", "rope", "none"))
     return p
 
@@ -109,7 +116,14 @@ def from_megatron_argv(argv: list[str], problem: Any) -> dict[str, Any]:
                                      else a.moe_token_dispatcher_type),
             "moe_capacity_factor": a.moe_expert_capacity_factor if a.moe_pad_expert_input_to_capacity else None,
             "moe_shared_expert_overlap": a.moe_shared_expert_overlap,
-            "moe_a2a_overlap": a.overlap_moe_expert_parallel_comm}
+            "moe_a2a_overlap": a.overlap_moe_expert_parallel_comm, "cuda_graphs": _megatron_cuda_graphs(a)}
+
+
+def _megatron_cuda_graphs(a: argparse.Namespace) -> str:
+    """``--cuda-graph-impl`` back to the scope; Megatron-LM refuses full_iteration with the NaN check on."""
+    if a.cuda_graph_impl == "full_iteration":
+        assert not a.check_for_nan_in_loss_and_grad
+    return {"none": "none", "local": "layers", "transformer_engine": "layers"}.get(a.cuda_graph_impl, a.cuda_graph_impl)
 
 
 def read_megatron(text: str, problem: Any) -> dict[str, Any]:
@@ -151,7 +165,9 @@ def read_nemo(text: str, problem: Any) -> dict[str, Any]:
                                      else m.get("moe_token_dispatcher_type")),
             "moe_capacity_factor": m.get("moe_expert_capacity_factor"),
             "moe_shared_expert_overlap": m.get("moe_shared_expert_overlap"),
-            "moe_a2a_overlap": m.get("overlap_moe_expert_parallel_comm")}
+            "moe_a2a_overlap": m.get("overlap_moe_expert_parallel_comm"),
+            "cuda_graphs": {None: "none", "transformer_engine": "layers"}.get(m.get("cuda_graph_impl"),
+                                                                             m.get("cuda_graph_impl"))}
 
 
 READERS = {"megatron": read_megatron, "slurm": read_slurm, "nemo": read_nemo}
