@@ -5,16 +5,24 @@ projection, GELU MLP) on ``batch`` sequences per rank, its gradients flattened a
 over gloo on the main thread after the backward (data parallel, one bucket, no overlap), then an
 SGD step. One torch thread per rank. torch.profiler records CPU operators with shapes, one
 ``ProfilerStep#N`` per step, and writes ``rank{r}.json`` per rank.
+
+One rank runs the same program (bucket, a 1-rank gloo all-reduce, copy-back), as a DDP job does:
+torch/nn/parallel/distributed.py builds its reducer whatever the world size. :func:`measure_corun`
+times the same step (without the collective) on one core alone and on every core at once: the
+host's co-running slowdown.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 HIDDEN, SEQ, HEADS = 128, 64, 4
 WAIT, WARMUP, ACTIVE = 1, 2, 6
+CORUN_CONFIG = (2, 8)  # layers, batch of the step that measure_corun times: the larger working set
 
 
 @dataclass(frozen=True)
@@ -53,32 +61,45 @@ def _model(layers: int):  # type: ignore[no-untyped-def]
     return nn.Sequential(*[Block() for _ in range(layers)])
 
 
-def record(config: Config, rank: int, out: Path) -> Path:
-    """Profile ``WAIT + WARMUP + ACTIVE`` steps of one rank; return its trace (rank{rank}.json in ``out``)."""
+def _training_step(layers: int, batch: int, rank: int, world: int, reduce: bool):  # type: ignore[no-untyped-def]
+    """One rank's step as a closure: forward, backward, the gradient bucket (all-reduced if ``reduce``), SGD."""
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    model = _model(config.layers)
+    model = _model(layers)
     optimiser = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(config.batch, SEQ, HIDDEN, generator=torch.Generator().manual_seed(rank))
+    x = torch.randn(batch, SEQ, HIDDEN, generator=torch.Generator().manual_seed(rank))
     params = list(model.parameters())
+
+    def step() -> None:
+        optimiser.zero_grad()
+        model(x).square().mean().backward()
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        if reduce:
+            dist.all_reduce(flat)
+        flat /= world
+        offset = 0
+        for p in params:
+            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        optimiser.step()
+
+    return step
+
+
+def record(config: Config, rank: int, out: Path) -> Path:
+    """Profile ``WAIT + WARMUP + ACTIVE`` steps of one rank of an initialised gloo group of ``config.world``
+    ranks; return its trace (rank{rank}.json in ``out``)."""
+    import torch
+
+    step = _training_step(config.layers, config.batch, rank, config.world, reduce=True)
     schedule = torch.profiler.schedule(wait=WAIT, warmup=WARMUP, active=ACTIVE)
     path = out / f"rank{rank}.json"
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
                                 schedule=schedule) as prof:
         for _ in range(WAIT + WARMUP + ACTIVE):
-            optimiser.zero_grad()
-            model(x).square().mean().backward()
-            if config.world > 1:
-                flat = torch.cat([p.grad.reshape(-1) for p in params])
-                dist.all_reduce(flat)
-                flat /= config.world
-                offset = 0
-                for p in params:
-                    p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
-                    offset += p.numel()
-            optimiser.step()
+            step()
             prof.step()
     prof.export_chrome_trace(str(path))
     return path
@@ -96,11 +117,53 @@ def _worker(rank: int, config: Config, out: str, port: int) -> None:
 
 
 def record_config(config: Config, out: Path, port: int) -> Path:
-    """Record every rank of ``config`` into ``out`` (one process per rank when ``world`` > 1); rank 0's trace."""
+    """Record every rank of ``config`` into ``out`` (one process per rank, a gloo group at any world size,
+    one rank too); rank 0's trace."""
     out.mkdir(parents=True, exist_ok=True)
-    if config.world == 1:
-        return record(config, 0, out)
     import torch.multiprocessing as mp
 
     mp.spawn(_worker, args=(config, str(out), port), nprocs=config.world, join=True)
     return out / "rank0.json"
+
+
+def _time_steps(_: int, steps: int, began: object, times: object) -> None:
+    """One process of :func:`measure_corun`: warm up, wait for the others, time ``steps`` steps."""
+    layers, batch = CORUN_CONFIG
+    step = _training_step(layers, batch, 0, 1, reduce=False)
+    for _ in range(3):
+        step()
+    began.wait()  # type: ignore[attr-defined]  # every process starts timing together
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.put(time.perf_counter() - start)  # type: ignore[attr-defined]
+
+
+def _median_step(processes: int, steps: int) -> float:
+    """Median step time (s) of ``processes`` processes running the step at once."""
+    import torch.multiprocessing as mp
+
+    context = mp.get_context("spawn")
+    began, times = context.Barrier(processes), context.Queue()
+    workers = [context.Process(target=_time_steps, args=(i, steps, began, times)) for i in range(processes)]
+    for worker in workers:
+        worker.start()
+    samples = [times.get() for _ in range(processes * steps)]
+    for worker in workers:
+        worker.join()
+    return statistics.median(samples)
+
+
+def measure_corun(cores: int, steps: int = 20) -> tuple[float, str]:
+    """The host's co-running slowdown: the miniature's step (``CORUN_CONFIG``, no collective) with one
+    process per core at once / with one process alone (alone timed before and after; the smaller is kept,
+    as interference only adds time). Returns the ratio and a line saying what was timed and the load."""
+    alone_before = _median_step(1, steps)
+    together = _median_step(cores, steps)
+    alone_after = _median_step(1, steps)
+    alone = min(alone_before, alone_after)
+    load = os.getloadavg()[0]
+    source = (f"measured {time.strftime('%Y-%m-%d %H:%M')}: L{CORUN_CONFIG[0]}-b{CORUN_CONFIG[1]} step median "
+              f"{1e3 * together:.2f} ms with {cores} processes at once vs {1e3 * alone_before:.2f} / "
+              f"{1e3 * alone_after:.2f} ms alone (before / after), {steps} steps each; 1-min load {load:.2f}")
+    return together / alone, source

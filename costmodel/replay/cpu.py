@@ -88,9 +88,12 @@ def link_cpu_collectives(graph: Graph) -> None:
 
     The issuer is the last ``c10d::`` call on another thread of the process before the collective started
     (it queues the work and may return before a worker picks it up); the issuer becomes a ``runtime``
-    call, like a kernel launch, and is no longer matched across ranks. The waiter is the issuing thread's first operator starting after the collective ended. The collective
+    call, like a kernel launch, and is no longer matched across ranks. The waiter is the issuing thread's
+    first operator starting after the collective ended. The collective
     starts its recorded latency after the issuer started; the waiter's recorded gap was the wait, so it
-    gets none, and its ``tail`` (wake-up and own time) runs from the collective's end.
+    gets none, and its ``tail`` (wake-up and own time) runs from the collective's end. Where the
+    collective ended before the thread's previous operator returned (the issuing call itself ran past
+    it), the gap held no wait: the waiter keeps it and its ``tail`` is its own time.
     """
     nodes = graph.nodes
     threads_with_steps = {nodes[s.begin].lane for s in graph.steps}
@@ -109,7 +112,21 @@ def link_cpu_collectives(graph: Graph) -> None:
             nodes[issuer].family, nodes[issuer].collective = "runtime", None  # it only queued the work
             done, late = node.start + node.dur, nodes[waiter]
             late.waits.append(index)
-            late.tail, late.gap = late.start + late.dur - done, 0.0
+            before = _previous_end(graph, waiter)
+            if done >= before:  # the thread waited in the gap: the waiter's time runs from the collective's end
+                late.tail, late.gap = late.start + late.dur - done, 0.0
+            else:  # done before the thread asked (the issuing call returned late): no wait in the recorded gap
+                late.tail = late.dur
+
+
+def _previous_end(graph: Graph, index: int) -> float:
+    """When the operator before ``index`` on its thread ended (``-inf`` for the thread's first)."""
+    members = graph.lanes[graph.nodes[index].lane]
+    position = members.index(index)
+    if position == 0:
+        return -np.inf
+    node = graph.nodes[members[position - 1]]
+    return node.start + node.dur
 
 
 def _issuer_and_waiter(graph: Graph, node: Node) -> tuple[int | None, int | None]:

@@ -60,16 +60,18 @@ def collective_op(kernel: str) -> str | None:
     return next((op for needle, op in _NCCL_OPS if needle in flat), None)
 
 
-def change_group_size(graph: Graph, factor: float, group: int | None = None, cores: int | None = None) -> Graph:
+def change_group_size(graph: Graph, factor: float, group: int | None = None, cores: int | None = None,
+                      corun: float | None = None) -> Graph:
     """Collectives of ``group`` ranks (default: the world, the data-parallel group of a pure-DP job) on
     ``factor`` times as many ranks; time scales with the bus factor ``busbw / algbw`` of the op.
 
     A CPU-only trace (ranks are processes on one host's ``cores``) goes to
-    :func:`costmodel.replay.host.change_cpu_ranks`: its work also shares the cores anew.
+    :func:`costmodel.replay.host.change_cpu_ranks`: its work also shares the cores anew (``corun``: the
+    host's measured slowdown with all cores busy).
     """
     out = _copy(graph)
     if group is None and out.nodes and not any(n.kind == "gpu" for n in out.nodes):
-        return change_cpu_ranks(out, factor, cores)
+        return change_cpu_ranks(out, factor, cores, corun)
     for node in out.nodes:
         if node.collective is None or (group is not None and node.collective[0] != group):
             continue
@@ -115,8 +117,9 @@ def fastest_steps(graph: Graph) -> Graph:
 
     For CPU-only traces on a shared machine, where preemption lands on whichever operator was running:
     interference only adds time, so the fastest instance of each position is the closest to its own time.
-    Iterations of one thread with equal operator names in order form a group; GPU graphs are returned as
-    they are (their kernels are not preempted that way).
+    Iterations of one thread with equal operator names in order form a group; on one rank, a worker
+    thread's collective issued at one position takes its fastest pickup and time. GPU graphs are returned as they are
+    (their kernels are not preempted that way).
     """
     out = _copy(graph)
     nodes = out.nodes
@@ -128,13 +131,23 @@ def fastest_steps(graph: Graph) -> Graph:
         members = lane[lane.index(step.begin) + 1:lane.index(step.end) + 1]  # its work, then its end marker
         names = tuple(nodes[i].name for i in members[:-1])  # the end marker is named for its step
         groups.setdefault((nodes[step.begin].lane, names), []).append(members)
+    issued = {n.launch: i for i, n in enumerate(nodes) if n.kind == "cpu" and n.launch is not None}
     for runs in groups.values():
         if len(runs) < 2:
             continue
         for position in zip(*runs):
             dur, gap = min(nodes[i].dur for i in position), min(nodes[i].gap for i in position)
+            tail = min(nodes[i].tail for i in position)
             for i in position:
-                nodes[i].dur, nodes[i].gap = dur, gap
+                nodes[i].dur, nodes[i].gap, nodes[i].tail = dur, gap, tail
+            # A one-rank worker collective issued here: its pickup and time at their fastest too. Matched
+            # ones keep theirs: a step's transfer can be near zero when a peer arrived late, no possible step.
+            workers = [issued[i] for i in position if i in issued]
+            if len(workers) == len(position) and out.world_size <= 1:
+                latency = min(nodes[w].latency or 0.0 for w in workers)
+                transfer = min(nodes[w].dur for w in workers)
+                for w in workers:
+                    nodes[w].latency, nodes[w].dur = latency, transfer
     return out
 
 
@@ -283,14 +296,14 @@ def _remove(graph: Graph, span: set[int]) -> None:
 
 def parse_what_if(text: str) -> list[tuple[str, str]]:
     """``'gemm=0.5,network=2,layers=+8,dp=2x,sync=none'`` -> ordered ``(key, value)`` pairs, checked."""
-    allowed = ", ".join(FAMILIES) + ", network, layers, dp, cores, sync, gpu"
+    allowed = ", ".join(FAMILIES) + ", network, layers, dp, cores, corun, sync, gpu"
     pairs = []
     for item in text.split(","):
         key, sep, value = item.strip().partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not value:
             raise SpecError("what-if", item, f"KEY=VALUE items, KEY one of {allowed}")
-        if key not in FAMILIES and key not in ("network", "layers", "dp", "cores", "sync", "gpu"):
+        if key not in FAMILIES and key not in ("network", "layers", "dp", "cores", "corun", "sync", "gpu"):
             raise SpecError("what-if", key, f"one of {allowed}")
         pairs.append((key, value))
     for key, value in pairs:
@@ -314,6 +327,14 @@ def _value(key: str, value: str) -> float | int | str:
         if not re.fullmatch(r"\d{1,5}", value) or not 1 <= int(value) <= 65536:
             raise SpecError("what-if cores", value, "the host's core count, an integer 1..65536")
         return int(value)
+    if key == "corun":
+        try:
+            ratio = float(value)
+        except ValueError:
+            ratio = float("nan")
+        if not (np.isfinite(ratio) and 0.1 <= ratio <= 10.0):
+            raise SpecError("what-if corun", value, "the host's measured slowdown with all cores busy, 0.1..10")
+        return ratio
     if key == "layers":
         if not re.fullmatch(r"[+-]\d{1,4}", value) or int(value) == 0:
             raise SpecError("what-if layers", value, "a signed non-zero count such as +8 or -2")
@@ -335,8 +356,11 @@ def apply_what_if(graph: Graph, pairs: list[tuple[str, str]], traces: list[RawTr
     bandwidth; ``gemm=0.5`` halves GEMM time; ``layers=+8`` adds 8 layers; ``sync=none`` drops waits;
     ``gpu=h100-sxm5-80gb`` times the recognised operators of ``traces`` as parplan does on that GPU (with
     ``profile_dir``'s profile if given); ``cores=2``: the host's cores that a CPU trace's ranks share
-    (recording and target alike), which the ``dp`` edit of a CPU-only trace needs for time slicing."""
+    (recording and target alike), which the ``dp`` edit of a CPU-only trace needs for time slicing;
+    ``corun=1.15``: that host's measured slowdown of a rank's work with all its cores busy (the ``dp``
+    edit of a CPU-only trace applies it as the busy cores change; unmeasured, none)."""
     cores = next((int(_value(k, v)) for k, v in pairs if k == "cores"), None)
+    corun = next((float(_value(k, v)) for k, v in pairs if k == "corun"), None)
     for key, raw in pairs:
         value = _value(key, raw)
         if key == "gpu":
@@ -352,11 +376,11 @@ def apply_what_if(graph: Graph, pairs: list[tuple[str, str]], traces: list[RawTr
         elif key == "network":
             graph = scale_network(graph, float(value))
         elif key == "dp":
-            graph = change_group_size(graph, float(value), cores=cores)
+            graph = change_group_size(graph, float(value), cores=cores, corun=corun)
         elif key == "layers":
             graph = change_layers(graph, int(value))
-        elif key == "cores":
-            continue  # a fact of the host, read above
+        elif key in ("cores", "corun"):
+            continue  # facts of the host, read above
         else:
             graph = remove_syncs(graph, "all" if value == "none" else str(value))
     return graph

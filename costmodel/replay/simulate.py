@@ -166,7 +166,10 @@ def _start(nodes: list[Node], index: int, previous: int, start: np.ndarray, end:
            bound_by: np.ndarray, reason: list[str]) -> None:
     node = nodes[index]
     if node.kind != "gpu":
-        begin = end[previous] + node.gap if previous >= 0 else node.start
+        # The first node of a lane starts when recorded, unless it was issued: a worker thread's first
+        # collective starts after its c10d:: call like every later one (an edit may move the call earlier).
+        first = -np.inf if node.launch is not None else node.start
+        begin = end[previous] + node.gap if previous >= 0 else first
         start[index], bound_by[index], reason[index] = begin, previous, LANE if previous >= 0 else FIRST
         if node.launch is not None and start[node.launch] + (node.latency or 0.0) > begin:  # a worker thread's
             begin = start[node.launch] + (node.latency or 0.0)  # collective, issued by its c10d:: call

@@ -6,7 +6,7 @@ from costmodel.comm.formulas import bus_factor
 from costmodel.replay.cpu import operand_elements
 from costmodel.replay.edit import apply_what_if, change_group_size, layer_blocks, parse_what_if, scale_family
 from costmodel.replay.graph import build_graph
-from costmodel.replay.host import time_slicing
+from costmodel.replay.host import HostProfile, corun_slowdown, time_slicing
 from costmodel.replay.parse import read_trace
 from costmodel.replay.simulate import simulate
 from costmodel.specs.errors import SpecError
@@ -86,12 +86,17 @@ def test_more_ranks_than_cores_time_slice_every_operator(tmp_path):
     assert time_slicing(4, 2) == 2.0 and time_slicing(2, 2) == 1.0 and time_slicing(4, None) == 1.0
 
 
-def test_one_rank_drops_the_collective_and_its_bucket_operators(tmp_path):
+def test_one_rank_drops_the_transfer_but_keeps_the_bucket_program(tmp_path):
+    """A DDP job on one rank still runs its bucket copies and a 1-rank all-reduce (torch's
+    DistributedDataParallel has no world-size-1 path): only the ring transfer goes."""
     graph = _graph(tmp_path, [_rank_events(300.0, 5.0, 600.0)])
     single = change_group_size(graph, 0.5, cores=2)
     gone = {n.name for n in single.nodes if n.kind == "cpu" and n.dur == 0.0}
-    assert gone == {"aten::cat", "c10d::allreduce_", "gloo:all_reduce", "aten::div_"}
-    assert {n.name for n in single.nodes if n.dur > 0} >= {"aten::linear"}
+    assert gone == {"gloo:all_reduce"}
+    assert {n.name for n in single.nodes if n.dur > 0} >= {"aten::linear", "aten::cat", "c10d::allreduce_",
+                                                           "aten::div_"}
+    collective = next(n for n in single.nodes if n.name == "gloo:all_reduce")
+    assert collective.latency == pytest.approx(5.0)  # the worker still picks the work up
 
 
 def test_cores_is_checked_and_feeds_the_dp_edit(tmp_path):
@@ -129,8 +134,50 @@ def test_layer_blocks_take_every_per_layer_sequence_but_not_a_per_tensor_loop(tm
 
 
 def test_one_rank_no_longer_waits_for_a_slower_peer(tmp_path):
-    """Rank 1 computes 200 us longer; on one rank rank 0's step is its own work: linear, gaps, markers."""
+    """Rank 1 computes 200 us longer; on one rank rank 0's step is its own program: linear, the bucket's cat,
+    the c10d call queuing a transfer-free collective, the wake-up and div_ after it, gaps and markers."""
     graph = _graph(tmp_path, [_rank_events(300.0, 5.0, 800.0), _rank_events(500.0, 5.0, 800.0)])
     single = [it for it in simulate(change_group_size(graph, 0.5, cores=2)).iterations if it.rank == 0]
-    own = 5 + 300 + 2 + 2 + 2  # gap, linear, the gaps before the (dropped) cat, c10d call and the step's end
+    issue = 5 + 300 + 2 + 10 + 2  # gap, linear, gap, cat, gap: c10d::allreduce_ starts
+    own = issue + max(20, 5) + 3 + 7 + 2  # the call (the worker's 5 us pickup ends inside it), wake-up, div_, end
     assert single[0].replayed_s == pytest.approx(own * 1e-6, abs=1e-9)
+
+
+def test_corun_slowdown_follows_the_busy_cores():
+    assert corun_slowdown(1, 2, 1.2) == 1.0 and corun_slowdown(2, 2, 1.2) == pytest.approx(1.2)
+    assert corun_slowdown(4, 2, 1.2) == pytest.approx(1.2)  # more ranks than cores: all busy, no more
+    assert corun_slowdown(3, 5, 1.2) == pytest.approx(1.1)  # between one and all busy: linear in the count
+    assert corun_slowdown(2, 2, None) == 1.0 and corun_slowdown(2, None, 1.2) == 1.0  # unmeasured: none
+
+
+def test_dp_edit_applies_the_measured_corun_slowdown_as_busy_cores_change(tmp_path):
+    """2 -> 1 rank on 2 cores: the rank's work runs alone, 1/corun as long; 2 -> 4: both cores stay busy,
+    only the time slicing changes; without a measured figure nothing is applied and the notes say so."""
+    graph = _graph(tmp_path, [_rank_events(300.0, 5.0, 600.0)])
+    plain = simulate(change_group_size(graph, 0.5, cores=2)).iterations[0].replayed_s
+    alone = change_group_size(graph, 0.5, cores=2, corun=1.25)
+    assert simulate(alone).iterations[0].replayed_s == pytest.approx(plain / 1.25, rel=1e-9)
+    assert "measured co-running slowdown 1.25" in alone.notes[-1]
+    assert "not measured" in change_group_size(graph, 0.5, cores=2).notes[-1]
+    four = simulate(change_group_size(graph, 2.0, cores=2)).iterations[0].replayed_s
+    assert simulate(change_group_size(graph, 2.0, cores=2, corun=1.25)).iterations[0].replayed_s == \
+        pytest.approx(four, rel=1e-9)
+    via_cli = simulate(apply_what_if(graph, parse_what_if("dp=0.5x,cores=2,corun=1.25"))).iterations[0].replayed_s
+    assert via_cli == pytest.approx(plain / 1.25, rel=1e-9)
+    for bad in ("corun=0", "corun=fast", "corun=nan", "corun=11"):
+        with pytest.raises(SpecError, match="corun"):
+            parse_what_if(f"dp=0.5x,{bad}")
+
+
+def test_host_profile_round_trips_and_rejects_what_it_is_not(tmp_path):
+    path = tmp_path / "host.json"
+    HostProfile(cores=2, corun_slowdown=1.13, corun_source="measured here").write(path)
+    host = HostProfile.read(path)
+    assert (host.cores, host.corun_slowdown, host.what_if()) == (2, 1.13, "cores=2,corun=1.1300")
+    assert HostProfile(cores=2).what_if() == "cores=2"  # unmeasured: no corun item
+    for text, field in (('{"cores": 0}', "cores"), ('{"cores": 2, "corun_slowdown": "x"}', "corun_slowdown"),
+                        ('{"cores": 2, "corun_slowdown": 1e9}', "corun_slowdown"), ("[1]", "host.json"),
+                        ("{not json", "host.json"), ('{"cores": 2, "extra": 1}', "key")):
+        path.write_text(text)
+        with pytest.raises(SpecError, match=field):
+            HostProfile.read(path)
