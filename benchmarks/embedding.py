@@ -15,8 +15,8 @@ then the held-out residuals of the aware model by distribution, rows, dim and po
 repeated over ``--seeds`` seeds; the mean and the worst are printed.
 
 Timing: ``--passes`` full passes over the grid, one after another (a minute or more each), each cell the
-fastest of ``--rounds`` shuffled rounds per pass on the thread's CPU clock (``costmodel.profiling.embedding``); a cell keeps its
-fastest pass. On a shared machine a busy spell (another process on the sibling core, memory traffic)
+fastest of ``--rounds`` shuffled rounds per pass on the thread's CPU clock (``costmodel.profiling.embedding``);
+a cell keeps its fastest pass. On a shared machine a busy spell (another process on the sibling core, memory traffic)
 slows a whole pass by up to 2x, and the thread clock does not see it; the fastest of several passes is
 the least disturbed. The noise floor (``repeat_mape``: the fastest of the first half of the passes
 against that of the second half) is printed whenever there are two passes or more.
@@ -57,23 +57,25 @@ def measure_grid(config: dict[str, Any], rounds: int, seed: int, max_table_bytes
             for p, m in time_points(points, rounds=rounds, seed=seed)]
 
 
-def save_passes(passes: list[list[TimedLookup]], path: str) -> None:
-    """Every pass's cells as JSON at ``path``: a temporary file in the same folder, renamed over it when whole."""
+def save_passes(passes: list[list[TimedLookup]], path: str, stream_bandwidth: float) -> None:
+    """Every pass's cells and the streaming bandwidth measured with them as JSON at ``path``: a temporary
+    file in the same folder, renamed over it when whole."""
     name_of = {access: name for name, access in DISTRIBUTIONS.items()}
     data = [[[name_of[t.access], t.rows, t.dim, t.pooling, t.batch, t.seconds] for t in timed] for timed in passes]
     folder = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=".embedding-", suffix=".json")
     try:
         with os.fdopen(handle, "w") as out:
-            json.dump({"passes": data}, out)
+            json.dump({"passes": data, "stream_bandwidth_bytes_per_s": stream_bandwidth}, out)
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)
         raise
 
 
-def load_passes(path: str) -> list[list[TimedLookup]]:
-    """The passes :func:`save_passes` wrote; ``ValueError`` naming what is wrong otherwise."""
+def load_passes(path: str) -> tuple[list[list[TimedLookup]], float | None]:
+    """The passes and the streaming bandwidth :func:`save_passes` wrote; ``ValueError`` naming what is
+    wrong otherwise."""
     with open(path) as handle:
         data = json.load(handle)
     passes = data.get("passes") if isinstance(data, dict) else None
@@ -90,7 +92,8 @@ def load_passes(path: str) -> list[list[TimedLookup]]:
             name, rows, dim, pooling, batch, seconds = cell
             cells.append(TimedLookup(DISTRIBUTIONS[name], int(rows), int(dim), pooling, int(batch), float(seconds)))
         out.append(cells)
-    return out
+    stream = data.get("stream_bandwidth_bytes_per_s")
+    return out, float(stream) if isinstance(stream, (int, float)) and stream > 0 else None
 
 
 def _key(t: TimedLookup) -> tuple:
@@ -186,20 +189,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     config = SMALL if args.small else FULL
     start = time.monotonic()
+    from benchmarks._sharding_hardware import stream_read_bandwidth
+
+    stream = None
     if args.load:
         try:
-            passes = load_passes(args.load)
+            passes, stream = load_passes(args.load)
         except (OSError, ValueError) as error:  # JSONDecodeError is a ValueError
             print(f"benchmarks/embedding.py: {' '.join(str(error).split())[:200]}", file=sys.stderr)
             return 2
     else:
         passes = [measure_grid(config, args.rounds, seed, args.max_table_gib * 2**30) for seed in range(args.passes)]
-        if args.save:
-            save_passes(passes, args.save)
+    if stream is None:  # measured beside the timings it bounds
+        stream = stream_read_bandwidth()
+    if args.save and not args.load:
+        save_passes(passes, args.save, stream)
     timed = fastest(passes)
-    from benchmarks._sharding_hardware import stream_read_bandwidth
-
-    stream = stream_read_bandwidth()
     report = evaluate(timed, args.fraction, args.seeds, stream_bandwidth=stream)
     report["passes"] = len(passes)
     report["repeat_mape"] = noise_floor(passes)

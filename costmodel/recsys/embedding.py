@@ -166,18 +166,20 @@ def optimizer_state_bytes_per_row(optimizer: str, dim: int) -> float:
     return {"sgd": 0.0, "rowwise_adagrad": 4.0, "adam": 8.0 * dim}[optimizer]
 
 
-UNIT_COSTS: Final = ("per_bag", "per_lookup", "per_line", "per_near_miss_line", "per_far_miss_line", "per_tlb_miss")
-"""The work counts of :func:`lookup_counts`, one unit cost each (seconds per unit)."""
+UNIT_COSTS: Final = ("per_bag", "per_line", "per_near_miss_line", "per_far_miss_line", "per_tlb_miss", "per_walk_miss")
+"""The work counts of :func:`lookup_counts`, one unit cost each (seconds per unit). A per-lookup cost is
+not one of them: a lookup is the lines of its row (on the CPU grid of ``benchmarks/embedding.py`` it
+fitted to 0 beside the per-line cost in every split)."""
 
 FAR_LINE: Final = UNIT_COSTS.index("per_far_miss_line")
 
 MERGES: Final[dict[int, tuple[tuple[int, ...], ...]]] = {
     # fewer parameters merge counts whose unit costs are nearest (indices into UNIT_COSTS); 1: the roofline
     6: ((0,), (1,), (2,), (3,), (4,), (5,)),
-    5: ((0,), (1,), (2,), (3,), (4, 5)),  # a TLB miss priced as a main-memory line (its walk reads one)
-    4: ((0,), (1,), (2, 3), (4, 5)),  # a near-cache miss line priced as a hit (served by the far cache)
-    3: ((0, 1), (2, 3), (4, 5)),  # a bag's overhead priced as a lookup's
-    2: ((0, 1), (2, 3, 4, 5)),
+    5: ((0,), (1,), (2,), (3,), (4, 5)),  # a page walk missing the near cache priced as any TLB miss
+    4: ((0,), (1,), (2,), (3, 4, 5)),  # a TLB miss priced as a main-memory line
+    3: ((0,), (1,), (2, 3, 4, 5)),  # every missed line (and TLB miss) priced alike
+    2: ((0, 1), (2, 3, 4, 5)),  # a bag priced as a line read
     1: (),
 }
 """The column groups of an ``EmbeddingBagPredictor`` with ``parameters`` unit costs; one parameter is the
@@ -195,18 +197,18 @@ def parameters_for(points: int) -> int:
 def lookup_counts(columns: np.ndarray, sector: float) -> np.ndarray:
     """The work counts a lookup's time is a non-negative sum of, one column each (per call).
 
-    Per bag (its offsets and loop), per lookup (its id and loop), per line touched (the rows' lines read
-    and the pooled output's lines written), per line that misses the near cache (rows' lines, page-table
-    lines of page walks, pooled-output lines written back: served by the far cache), per line that also
-    misses the far cache (main memory), per TLB miss. Each count includes the farther ones (a missed line
-    is also a line touched), so each unit cost is the extra over the nearer level and >= 0 keeps a farther
+    Per bag (its offsets, loop and call), per row line read, per line that misses the near cache (rows'
+    lines; the pooled output's lines, each written by a write-allocate of a line not in the core's
+    caches, twice where the near cache evicted it since the last call), per line that also misses the
+    far cache (main memory), per TLB miss, per page walk whose page-table line misses the near cache (a
+    dependent read before the row's). Each row-line count includes the farther ones (a missed line is
+    also a line read), so each line cost is the extra over the nearer level and >= 0 keeps a farther
     line at least as dear as a nearer one.
     """
     bags, lookups, dim, row_bytes, _, near, far, tlb, walk, output = columns.T
     lines = np.ceil(row_bytes / sector)
     out_lines = np.ceil(dim * OUTPUT_BYTES / sector)
-    return np.column_stack([bags, lookups, lookups * lines + bags * out_lines, near * lines + walk + output,
-                            far * lines, tlb])
+    return np.column_stack([bags, lookups * lines, near * lines + bags * out_lines + output, far * lines, tlb, walk])
 
 
 def merged_counts(columns: np.ndarray, sector: float, parameters: int) -> np.ndarray:
@@ -221,7 +223,7 @@ class EmbeddingBagPredictor(OperatorPredictor):
     """Latency of one embedding-bag forward from ``COLUMNS``: a non-negative sum of work counts.
 
     ``time = sum_j c_j n_j`` over :func:`merged_counts` ``n_j``, each ``c_j`` a cost per unit (seconds per
-    lookup, per missed line ...) between its bounds, fitted by bounded least squares on the *relative*
+    bag, per missed line ...) between its bounds, fitted by bounded least squares on the *relative*
     error (each row divided by its latency). Its efficiency against the traffic roofline
     (:meth:`roofline_s` / :meth:`predict`) is what the backward reuses (``costmodel.recsys.step``).
 

@@ -57,7 +57,7 @@ def test_row_reads_round_up_to_whole_sectors():
 def test_predictor_recovers_known_unit_costs():
     X = _random_columns(60)
     costs = np.zeros(len(UNIT_COSTS))
-    costs[[0, 1, 4, 5]] = (10e-9, 1e-9, 20e-9, 2e-9)  # per bag, per lookup, per far-miss line, per TLB miss
+    costs[[0, 1, 3, 5]] = (10e-9, 1e-9, 20e-9, 30e-9)  # per bag, per line, per far-miss line, per walk miss
     y = lookup_counts(X, 64) @ costs
     model = EmbeddingBagPredictor(sector=64).fit(X, y)
     assert model.rank_ == len(UNIT_COSTS)
@@ -68,9 +68,9 @@ def test_predictor_recovers_known_unit_costs():
 def test_fewer_parameters_sum_the_merged_counts():
     X = _random_columns(10)
     counts = lookup_counts(X, 64)
-    merged = merged_counts(X, 64, 4)  # bag, lookup, lines + near-miss lines, far-miss lines + TLB misses
-    assert np.allclose(merged, np.column_stack([counts[:, 0], counts[:, 1], counts[:, 2] + counts[:, 3],
-                                                counts[:, 4] + counts[:, 5]]))
+    merged = merged_counts(X, 64, 4)  # bag, line, near-miss line, far-miss line + TLB miss + walk miss
+    assert np.allclose(merged, np.column_stack([counts[:, 0], counts[:, 1], counts[:, 2],
+                                                counts[:, 3] + counts[:, 4] + counts[:, 5]]))
     assert np.allclose(merged_counts(X, 64, 1)[:, 0], forward_bytes(X, 64))
 
 
@@ -80,11 +80,11 @@ def test_parameters_follow_eight_training_points_each():
 
 def test_the_main_memory_line_cost_is_held_at_its_streaming_bound():
     X = _random_columns(60)
-    costs = np.array([10e-9, 1e-9, 0.5e-9, 0.0, 1e-9, 0.0])  # a far-miss line at 1 ns: 64 GB/s, too fast
+    costs = np.array([10e-9, 0.5e-9, 1e-9, 1e-9, 5e-9, 0.0])  # a far-miss line at 1 ns: 64 GB/s, too fast
     y = lookup_counts(X, 64) @ costs
     model = EmbeddingBagPredictor(sector=64, stream_bandwidth_bytes_per_s=10e9).fit(X, y)
-    assert model.lower_bounds()[4] == pytest.approx(6.4e-9)
-    assert model.cost_per_unit_[4] == pytest.approx(6.4e-9)  # not the 1 ns an unbounded fit would find
+    assert model.lower_bounds().tolist() == pytest.approx([0, 0, 0, 6.4e-9, 0, 0])
+    assert model.cost_per_unit_[3] == pytest.approx(6.4e-9)  # not the 1 ns an unbounded fit would find
     assert np.all(model.cost_per_unit_ >= 0)
 
 

@@ -24,7 +24,7 @@ def _benchmark():
 def test_aware_model_beats_blind_on_held_out_cpu_timings():
     bench = _benchmark()
     timed = bench.measure_grid(bench.SMALL, rounds=1, seed=0, max_table_bytes=2**30)
-    # 72 cells: 10% would be 7 rows for 14 unit costs, so the small version fits on 30%
+    # 72 cells: 30% = 21 points, 2 unit costs at 8 points each (parameters_for); 10% would leave the roofline
     report = bench.evaluate(timed, fraction=0.3, seeds=3)
     assert report["aware_mape"] < report["blind_mape"]
     assert report["aware_mape"] < 40.0  # a sanity bound: the full benchmark reports the real figure
@@ -53,3 +53,20 @@ def test_a_cell_keeps_its_fastest_pass_and_the_noise_floor_compares_halves():
     assert [t.seconds for t in bench.fastest(passes)] == [1e-5]
     assert bench.noise_floor(passes) == 50.0  # fastest of passes 1-2 (1e-5) against 3-4 (2e-5)
     assert bench.noise_floor(passes[:1]) is None
+
+
+def test_saved_timings_load_back_and_a_bad_file_is_one_line_exit_2(tmp_path, capsys):
+    from costmodel.recsys.lookup_fit import TimedLookup
+    from costmodel.specs.recsys import AccessDistribution
+
+    bench = _benchmark()
+    passes = [[TimedLookup(AccessDistribution(kind="zipf", zipf_exponent=1.05), 1000, 32, 4, 256, 2e-5)]]
+    path = tmp_path / "timings.json"
+    bench.save_passes(passes, str(path), 1e10)
+    assert bench.load_passes(str(path)) == (passes, 1e10)
+    assert [p.name for p in tmp_path.iterdir()] == ["timings.json"]  # no temporary file left
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"passes": [[["zipf9", 1000, 32, 4, 256, 2e-5]]]}')
+    assert bench.main(["--load", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "load" in err and "zipf9" in err and len(err.strip().splitlines()) == 1
