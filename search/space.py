@@ -33,7 +33,7 @@ from costmodel.specs.model import ModelSpec
 from costmodel.comm.placement import scale_up_domain_size
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.layout import pipeline_splits
-from costmodel.specs.strategy import MOE_DISPATCHERS, PRECISIONS, RECOMPUTE, ZERO_STAGES, Strategy
+from costmodel.specs.strategy import CUDA_GRAPH_SCOPES, MOE_DISPATCHERS, PRECISIONS, RECOMPUTE, ZERO_STAGES, Strategy
 
 MOE_KNOBS: tuple[str, ...] = ("moe_token_dispatcher", "moe_shared_expert_overlap", "moe_a2a_overlap")
 """MoE knobs searched for MoE models on a Megatron-Core framework (else the framework's default);
@@ -61,7 +61,10 @@ PROBLEM_FACTS: tuple[str, ...] = ("moe_routing", "moe_load_imbalance", "pipeline
 """Facts of the workload or the framework, never searched: a fixed value holds for every strategy (a
 benchmark's forced-balanced gate, DualPipe where the job pipelines; ``pipeline_schedule`` applies to
 strategies with pp > 1 and its rules prune those it cannot run), unset they are the ``Strategy`` default."""
-FIXABLE: tuple[str, ...] = KNOBS + (SPLIT_KNOB,) + PROBLEM_FACTS
+OPT_IN_SETTINGS: tuple[str, ...] = ("cuda_graphs",)
+"""Settings searched only when the user allows values (``--allow cuda_graphs=none,layers``), and then only
+those the framework runs (``Framework.cuda_graph_scopes``); unasked they stay at the ``Strategy`` default."""
+FIXABLE: tuple[str, ...] = KNOBS + (SPLIT_KNOB,) + PROBLEM_FACTS + OPT_IN_SETTINGS
 _INT_KNOBS = frozenset({"tp", "pp", "cp", "dp", "ep", "etp", "vpp", "micro_batch_size", "zero_stage",
                         "hsdp_shard_size"})
 _BOOL_KNOBS = frozenset({"sequence_parallel", "moe_shared_expert_overlap", "moe_a2a_overlap", *SWITCHES})
@@ -464,6 +467,13 @@ def _setting_values(problem: SearchProblem) -> dict[str, list[Any]]:
     }
     for knob in SWITCHES:
         values[knob] = _switch_values(problem, knob)
+    graphs = problem.restriction("cuda_graphs")
+    if graphs is not None:  # CUDA graphs: memory (constraints.cuda_graphs) and launch time are both modelled
+        runs = ("none", *problem.framework.cuda_graph_scopes)
+        values["cuda_graphs"] = [g for g in CUDA_GRAPH_SCOPES if g in graphs and g in runs]
+        if not values["cuda_graphs"]:
+            raise SpecError("cuda_graphs", ",".join(sorted(map(str, graphs))),
+                            f"among the scopes framework {problem.framework.name} captures ({', '.join(runs)})")
     return values
 
 
