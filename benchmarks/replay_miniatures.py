@@ -20,7 +20,8 @@ median step; ``fastest-ops``, every operator and gap at its fastest instance acr
 (``costmodel.replay.edit.fastest_steps``). Interference only adds time, so the fastest step is the
 closest to a configuration's own time; fastest-ops goes further but is no possible step where ranks
 outnumber cores (each rank's fastest operators ran while its core's other rank was idle). A 1-rank
-trace has no collective to re-time into more ranks: those pairs are skipped. Target: <= 10 % on
+trace has no transfer to re-time into more ranks (its 1-rank all-reduce moves nothing): those pairs
+are skipped. Target: <= 10 % on
 layer-count and DP-degree edits.
 
     python benchmarks/replay_miniatures.py [--out DIR | --from DIR [--measure-host]] [--cores C] [--json]

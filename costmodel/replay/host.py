@@ -156,6 +156,7 @@ def scale_gradient_bucket(graph: Graph, step_index: int, factor: float) -> None:
         if node.family == "runtime":
             continue  # the c10d:: call that only queued the collective: its time is not the bucket's
         if node.collective is not None or (node.elements in buckets and node.name not in _VIEWS):
+            if node.waits:  # it waited for the collective: its own time grows, the wake-up before it does not
+                node.tail += node.dur * (factor - 1.0)
             node.dur *= factor
-            node.tail *= factor  # a bucket operator that waited for the collective: its time after it
 

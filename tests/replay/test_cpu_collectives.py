@@ -6,7 +6,7 @@ from costmodel.comm.formulas import bus_factor
 from costmodel.replay.cpu import operand_elements
 from costmodel.replay.edit import apply_what_if, change_group_size, layer_blocks, parse_what_if, scale_family
 from costmodel.replay.graph import build_graph
-from costmodel.replay.host import HostProfile, corun_slowdown, time_slicing
+from costmodel.replay.host import HostProfile, corun_slowdown, scale_gradient_bucket, time_slicing
 from costmodel.replay.parse import read_trace
 from costmodel.replay.simulate import simulate
 from costmodel.specs.errors import SpecError
@@ -181,3 +181,33 @@ def test_host_profile_round_trips_and_rejects_what_it_is_not(tmp_path):
         path.write_text(text)
         with pytest.raises(SpecError, match=field):
             HostProfile.read(path)
+
+
+def test_bucket_scaling_grows_own_time_but_not_the_wake_up_the_queuing_call_or_views(tmp_path):
+    """x2 parameters: cat and the collective x2, the div_ that waited grows by its own 7 us (its 3 us wake-up
+    stays), the c10d:: call that only queued the work and a slice (a view) of the bucket stay."""
+    events = _rank_events(300.0, 5.0, 600.0, steps=1)
+    events.append(_op("aten::slice", 598.0, 1.0, dims=[[BUCKET], [], [], [], []]))
+    graph = _graph(tmp_path, [events], world=1)
+    before = {n.name: (n.dur, n.tail) for n in graph.nodes if n.kind == "cpu"}
+    scale_gradient_bucket(graph, 0, 2.0)
+    after = {n.name: (n.dur, n.tail) for n in graph.nodes if n.kind == "cpu"}
+    assert after["aten::cat"][0] == 2 * before["aten::cat"][0]
+    assert after["gloo:all_reduce"][0] == pytest.approx(2 * before["gloo:all_reduce"][0])
+    assert before["aten::div_"] == (7.0, pytest.approx(10.0)) and after["aten::div_"] == (14.0, pytest.approx(17.0))
+    assert after["c10d::allreduce_"] == before["c10d::allreduce_"] and after["aten::slice"] == before["aten::slice"]
+
+
+def test_a_waiter_keeps_its_gap_when_the_collective_ended_before_the_issuing_call_returned(tmp_path):
+    """c10d::allreduce_ runs 100 us, past the 30 us collective it queued: the 8 us before div_ held no wait.
+    The replay is exact, and a collective that ends later than the call now delays div_ from its end."""
+    events = [_op("aten::linear", 5.0, 300.0), _op("c10d::allreduce_", 310.0, 100.0, dims=[[BUCKET]]),
+              _op("gloo:all_reduce", 350.0, 30.0, tid=2, cat="user_annotation", dims=[[BUCKET]]),
+              _op("aten::div_", 418.0, 7.0, dims=[[BUCKET], []]),
+              _op("ProfilerStep#1", 0.0, 430.0, cat="user_annotation")]
+    graph = _graph(tmp_path, [events], world=1)
+    div = next(n for n in graph.nodes if n.name == "aten::div_")
+    assert (div.gap, div.tail) == (pytest.approx(8.0), pytest.approx(7.0)) and div.waits
+    assert abs(simulate(graph).iterations[0].error) < 1e-9
+    longer = simulate(scale_family(graph, "collective", 3.0)).iterations[0].replayed_s  # ends at 350 + 90 = 440
+    assert longer == pytest.approx((440 + 7 + 5) * 1e-6)  # div_ right after it, then the 5 us to the step's end

@@ -60,7 +60,7 @@ def test_layer_edit_adds_the_typical_layer_to_each_recorded_step(graphs):
     """+2 layers: every step grows by two copies of the median-time repeat of each per-layer block (forward,
     backward, the bucket's reshape and copy-back loops; gaps included), its optimizer step and zero_grad
     (per-parameter work) by 4/2, and the bucket's cat, division and all-reduce by 4/2 (the all-reduce on a
-    worker thread may hide behind the issuing call: between the bounds)."""
+    worker thread may hide behind the issuing call: between the bounds; the wake-up after it does not grow)."""
     graph = graphs[2]
     edited = simulate(apply_what_if(graph, parse_what_if("layers=+2"))).iterations
     for index, (before, after) in enumerate(zip(simulate(graph).iterations, edited)):
@@ -73,19 +73,21 @@ def test_layer_edit_adds_the_typical_layer_to_each_recorded_step(graphs):
         optimizer = sum(n.dur for n in inside if n.name.startswith("Optimizer."))
         bucket = next(n.elements for n in inside if n.name == "gloo:all_reduce")
         cat = sum(n.dur for n in inside if n.name == "aten::cat" and n.elements == bucket)
-        div = sum(n.tail for n in inside if n.name == "aten::div_" and n.elements == bucket)
+        div = sum(n.dur for n in inside if n.name == "aten::div_" and n.elements == bucket)
         collective = sum(n.dur for n in inside if n.name == "gloo:all_reduce")
         assert optimizer > 0 and cat > 0 and div > 0
-        lower = 2 * typical + optimizer + cat
+        lower = 2 * typical + optimizer + cat + div
         grown = (after.replayed_s - before.replayed_s) * 1e6
-        assert lower - 1e-3 <= grown <= lower + div + collective + 1e-3, (grown, lower, div, collective)
+        # 0.1 us: the trace's timestamps are ~5e12 us, where a float's resolution is ~1e-3 us per operation
+        assert lower - 0.1 <= grown <= lower + collective + 0.1, (grown, lower, collective)
 
 
 def test_fastest_steps_take_each_operator_at_its_fastest(graphs):
     graph = graphs[4]
     fast = simulate(fastest_steps(graph)).iterations
-    assert len({round(it.replayed_s, 12) for it in fast}) == 1  # one sequence: one time
-    assert fast[0].replayed_s <= min(it.measured_s for it in simulate(graph).iterations) + 1e-12
+    times = [it.replayed_s for it in fast]
+    assert max(times) - min(times) < 1e-7  # one sequence: one time (to the float resolution of ~5e12 us stamps)
+    assert max(times) <= min(it.replayed_s for it in simulate(graph).iterations) + 1e-7  # no step is faster
 
 
 def test_layer_edits_move_towards_the_measured_other_layer_count(graphs):
