@@ -17,9 +17,14 @@ time mostly measures waiting for a core; the fastest wall-clock step is printed 
 models are given this machine's figures, measured here first (``benchmarks/_sharding_hardware.py``:
 memory bandwidth, the gloo all-to-all latency and bandwidth); parplan's also this CPU's lookup profile
 (forward and the miniature's autograd backward + sparse SGD, fitted on the miniatures' table sizes) and
-the serial schedule the miniature runs, and its search prices with that same model. Printed per
-miniature: every plan's measured and predicted times; then how often each model's pick is measured
-best or within 10% of it, and the share of plan pairs each orders as measured (Kendall concordance).
+the serial schedule the miniature runs, and the host work around the all-to-alls (``costmodel.recsys.host``:
+packing, row-wise bucketising, splitting, pooled packing, unit costs timed here by
+``_sharding_hardware.cpu_host_costs``; ``--no-host`` leaves it out), and its search prices with that same
+model. Printed per miniature: every plan's shape, measured and predicted times, and per phase (input
+all-to-alls, lookups, output all-to-all, gradient all-to-all, backward + update, data-parallel) the
+measured / predicted milliseconds; the noise floor between the halves of the rounds; then how often
+each model's pick is measured best or within 10% of it, and the share of plan pairs each orders as
+measured (Kendall concordance), for parplan's model with and without the host work, and TorchRec's.
 
 Targets (issue 17): parplan's pick measured best or within 10% in >= 85% of miniatures; parplan's plan
 never infeasible where TorchRec's is feasible.
@@ -188,6 +193,10 @@ def miniature_part(count: int, seed: int, host: bool = True) -> dict[str, Any]:
         measured = timing.cpu_s
         predicted = {"parplan": [ours(p)[0] for p in candidates.values()],
                      "torchrec": [torchrec_evaluate(spec, cluster, p).step_seconds for p in candidates.values()]}
+        if host:  # the same candidates and measurements, priced without the host work (round 1's model)
+            bare = {k: v for k, v in cost_model.items() if k != "host"}
+            predicted["parplan_no_host"] = [float(np.max(parplan_rank_seconds(spec, cluster, **bare)(p)))
+                                            for p in candidates.values()]
         row = {"miniature": spec.name, "world": world, "tables": n, "plans": list(candidates),
                "measured_s": measured, "measured_wall_s": timing.wall_s, **{f"{k}_s": v for k, v in predicted.items()}}
         best = min(measured)
@@ -215,7 +224,7 @@ def miniature_part(count: int, seed: int, host: bool = True) -> dict[str, Any]:
                   flush=True)
     summary = {model: {"pick_within_10pct": float(np.mean([r[f"{model}_pick_within"] <= TARGET_WITHIN for r in rows])),
                        "mean_concordance": float(np.mean([r[f"{model}_concordance"] for r in rows]))}
-               for model in ("parplan", "torchrec")}
+               for model in predicted}
     summary["noise_floor_pct"] = float(np.mean([r["noise_pct"] for r in rows]))
     return {"miniatures": rows, "summary": summary}
 
