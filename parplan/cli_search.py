@@ -45,7 +45,7 @@ from search import (
 )
 from search.budget import human_days
 from search.problem import build_problem
-from search.space import BOUND_NAMES, MAX_MEMORY_MARGIN
+from search.space import BOUND_NAMES, MAX_MEMORY_MARGIN, SearchBounds
 from search.objective import search_timer
 from search.progress import SearchProgress
 from search.storage import check_storage_url
@@ -94,9 +94,9 @@ def register(subparsers: Any) -> None:
                        help=f"hold a knob at one value, e.g. tp=8 (knobs: {', '.join(KNOBS)})")
     knobs.add_argument("--allow", action="append", default=[], metavar="KNOB=V1,V2",
                        help="restrict a knob to values, e.g. recompute=none,selective")
-    for knob, default in (("tp", None), ("pp", None), ("cp", 16), ("ep", None), ("vpp", 8),
-                          ("micro-batch-size", 8)):
-        knobs.add_argument(f"--max-{knob}", type=positive_int, default=default, metavar="N",
+    for knob in ("tp", "pp", "cp", "ep", "vpp", "micro-batch-size"):
+        default = SearchBounds().bounds["max_" + knob.replace("-", "_")]  # None: search.problem applies it
+        knobs.add_argument(f"--max-{knob}", type=positive_int, default=None, metavar="N",
                            help=f"upper bound on {knob} (default: {default or 'divisibility only'})")
     how = p.add_argument_group("search")
     how.add_argument("--objective", choices=OBJECTIVES, default="time",
@@ -107,8 +107,8 @@ def register(subparsers: Any) -> None:
     how.add_argument("--trials", type=positive_int, default=None, help="trials in total (default 200; 300 for nsga2)")
     how.add_argument("--seed", type=seed, default=0)
     how.add_argument("--memory-margin", type=number_in(0.0, MAX_MEMORY_MARGIN, strict=False),
-                     default=default_memory_margin(), metavar="FRACTION",
-                     help="fraction of usable memory a pick must leave free (default %(default).3f: "
+                     default=None, metavar="FRACTION",  # None: search.problem applies the default
+                     help=f"fraction of usable memory a pick must leave free (default {default_memory_margin():.3f}: "
                           "an oom_probability of at most 0.2 at the limit, constraints/oom.py)")
     how.add_argument("--jobs", type=jobs, default=-1, help="processes for the exhaustive sweep (default: all CPUs)")
     how.add_argument("--top", type=positive_int, default=5, help="strategies to list")
@@ -187,7 +187,7 @@ def problem_from_args(args: argparse.Namespace, num_gpus: int, run: RunSpec | No
     return build_problem(run=run, model=model, gpu=None if args.gpu is None else get_gpu(args.gpu),
                          num_gpus=num_gpus, global_batch_size=args.global_batch_size, seq_length=args.seq_length,
                          gpus_per_node=args.gpus_per_node, framework=framework, fixed=fixed,
-                         allowed=tuple(allowed.items()) + launcher, bounds={b: getattr(args, b) for b in BOUND_NAMES},
+                         allowed=tuple(allowed.items()) + launcher, bounds={b: getattr(args, b) for b in BOUND_NAMES if getattr(args, b) is not None},
                          memory_margin=args.memory_margin)
 
 

@@ -152,3 +152,11 @@ def test_help_mentions_explain(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         _cli(["--help"])
     assert "--explain" in capsys.readouterr().out
+
+
+def test_a_plan_over_gpu_counts_explains_the_chosen_count(analytic_search_timer,  # type: ignore[no-untyped-def]
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [a for a in SMALL if a not in ("--gpus", "8")] + ["--gpus", "8,16", "--trials", "8"]
+    assert _cli([*argv, "--json", "--explain"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["plan"] and [i["knob"] for i in out["explain"]][:2] == ["tp", "pp"]
