@@ -184,11 +184,11 @@ def problem_from_args(args: argparse.Namespace, num_gpus: int, run: RunSpec | No
     if framework is None and run is None and exports and implied_framework(exports):
         framework = get_framework(implied_framework(exports))  # --export X searches X's framework
     launcher = launcher_restrictions(exports, model if model is not None else run.model)  # type: ignore[union-attr]
+    bounds = {b: getattr(args, b) for b in BOUND_NAMES if getattr(args, b) is not None}
     return build_problem(run=run, model=model, gpu=None if args.gpu is None else get_gpu(args.gpu),
                          num_gpus=num_gpus, global_batch_size=args.global_batch_size, seq_length=args.seq_length,
                          gpus_per_node=args.gpus_per_node, framework=framework, fixed=fixed,
-                         allowed=tuple(allowed.items()) + launcher, bounds={b: getattr(args, b) for b in BOUND_NAMES if getattr(args, b) is not None},
-                         memory_margin=args.memory_margin)
+                         allowed=tuple(allowed.items()) + launcher, bounds=bounds, memory_margin=args.memory_margin)
 
 
 def _counts(args: argparse.Namespace, run: RunSpec | None = None) -> list[int]:

@@ -44,7 +44,8 @@ def test_each_knobs_fastest_alternative_is_the_sweeps_best_with_the_others_held(
         sweep = []
         for e in result.feasible:
             knobs = space.knobs_of(e.strategy)
-            differ = {name for name in knobs if name not in ("dp", "etp") and knobs[name] != held[name]}  # etp = tp (dense)
+            # etp follows tp on a dense model; dp is derived
+            differ = {name for name in knobs if name not in ("dp", "etp") and knobs[name] != held[name]}
             if k.knob == "tp" and knobs["tp"] == 1:
                 differ.discard("sequence_parallel")
             if differ == {k.knob}:
@@ -142,7 +143,8 @@ def test_text_explain_replaces_the_short_why_not_lines(analytic_search_timer,  #
 
 
 @pytest.mark.skipif(not EXAMPLE_RUN.exists(), reason="example run spec absent")
-def test_explain_from_a_run_spec(analytic_search_timer, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_explain_from_a_run_spec(analytic_search_timer,  # type: ignore[no-untyped-def]
+                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert _cli([str(EXAMPLE_RUN), "--trials", "10", "--explain", "--fix", "precision=bf16", "--max-vpp", "1"]) == 0
     text = capsys.readouterr().out
     assert "explain: each knob changed alone" in text and "vs the run spec's strategy" in text
