@@ -154,10 +154,16 @@ def _median_step(processes: int, steps: int) -> float:
     return statistics.median(samples)
 
 
-def measure_corun(cores: int, steps: int = 20) -> tuple[float, str]:
+QUIET_SPREAD = 1.10
+"""Largest ratio of the two alone medians of :func:`measure_corun` for a quiet host; above it other work
+ran during the measurement and no figure is kept (a quality bound of the measurement, not a model figure)."""
+
+
+def measure_corun(cores: int, steps: int = 20) -> tuple[float | None, str]:
     """The host's co-running slowdown: the miniature's step (``CORUN_CONFIG``, no collective) with one
     process per core at once / with one process alone (alone timed before and after; the smaller is kept,
-    as interference only adds time). Returns the ratio and a line saying what was timed and the load."""
+    as interference only adds time). Returns the ratio, or None when the two alone medians differ by more
+    than ``QUIET_SPREAD`` (the host was not quiet), and a line saying what was timed and the load."""
     alone_before = _median_step(1, steps)
     together = _median_step(cores, steps)
     alone_after = _median_step(1, steps)
@@ -166,4 +172,6 @@ def measure_corun(cores: int, steps: int = 20) -> tuple[float, str]:
     source = (f"measured {time.strftime('%Y-%m-%d %H:%M')}: L{CORUN_CONFIG[0]}-b{CORUN_CONFIG[1]} step median "
               f"{1e3 * together:.2f} ms with {cores} processes at once vs {1e3 * alone_before:.2f} / "
               f"{1e3 * alone_after:.2f} ms alone (before / after), {steps} steps each; 1-min load {load:.2f}")
+    if max(alone_before, alone_after) > QUIET_SPREAD * alone:
+        return None, source + f"; not kept: the alone medians differ by more than {QUIET_SPREAD:g}x (not quiet)"
     return together / alone, source

@@ -157,7 +157,8 @@ def main() -> int:
             f"{100 * float(r[f'{n}_error']):8.1f}%" for n in ESTIMATORS)
               + ("  program differs" if r["program_differs"] else ""))
     corun = (f"co-running slowdown {host.corun_slowdown:.4f} ({host.corun_source})" if host.corun_slowdown
-             else "co-running slowdown not measured for these traces: none applied")
+             else "co-running slowdown not measured for these traces: none applied"
+             + (f" ({host.corun_source})" if host.corun_source else ""))
     print(f"\nskipped (a 1-rank trace has no transfer to re-time): {len(skipped)} pairs; {host.cores} cores; {corun}")
     for label, table, chosen in (("", mape, rows), (" (same program)", same_program,
                                                     [r for r in rows if not r["program_differs"]])):
@@ -187,7 +188,8 @@ def _host_profile(path: Path, args: argparse.Namespace) -> HostProfile:
         host = HostProfile(cores=cores, corun_slowdown=ratio, corun_source=source)
         if args.source is None:
             host.write(path)
-        print(f"host: {cores} cores, co-running slowdown {ratio:.4f} ({source})", file=sys.stderr)
+        shown = "not kept" if ratio is None else f"{ratio:.4f}"
+        print(f"host: {cores} cores, co-running slowdown {shown} ({source})", file=sys.stderr)
         return host
     if path.is_file():
         kept = HostProfile.read(path)

@@ -165,8 +165,8 @@ def test_dp_edits_of_a_gloo_trace_move_the_step_the_physical_way(two_ranks):
 
 
 def test_corun_measurement_times_the_step_alone_and_on_every_core():
-    """The host figure is a ratio of two measured medians (its value is the host's; here only that it is
-    one, and that the line says what was timed and under what load)."""
+    """The host figure is a ratio of two measured medians, or none when the host was not quiet (its value
+    is the host's; here only that it is one, and that the line says what was timed and under what load)."""
     ratio, source = measure_corun(2, steps=3)
-    assert 0.1 < ratio < 10.0
+    assert (ratio is None and "not quiet" in source) or 0.1 < ratio < 10.0
     assert "2 processes at once" in source and "alone" in source and "load" in source
