@@ -27,7 +27,8 @@ def register(subparsers: Any) -> None:
                      help="comma-separated edits: gemm|attention|conv|elementwise|collective|memcpy|memset=FACTOR "
                           "(time x FACTOR), network=FACTOR (bandwidth x FACTOR), dp=FACTORx, layers=+N|-N, "
                           "sync=none|stream|host, gpu=CATALOG_GPU (recognised operators' kernels at parplan's "
-                          "times for that GPU)")
+                          "times for that GPU), cores=N (CPU traces: the target host's cores, ranks beyond them "
+                          "time-sliced), corun=F (CPU traces: slowdown with every core busy, as host.json measures)")
     rep.add_argument("--plot", default=None, metavar="PNG", help="write a timeline and breakdown PNG here")
     rep.add_argument("--gpu", default=None, help="fit: the catalog GPU whose parplan times are compared")
     rep.add_argument("--profile", default=None, metavar="DIR",
