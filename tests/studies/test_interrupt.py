@@ -17,6 +17,14 @@ SLOW = {**TINY, "name": "ctrl-c", "gpu_counts": [8, 16], "search": {"trials": 60
 """Four problems of about a second each: the run is interrupted after the first."""
 
 
+def _as_from_a_terminal() -> None:
+    """The child starts with Ctrl-C deliverable, as a terminal's foreground command does: ignored or blocked
+    signals are inherited across exec, and a test earlier in this pytest process may have left SIGINT so
+    (CI once saw the run ignore the signal and finish with exit 0 and no output)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _command(study: Path, out: Path, jobs: int) -> list[str]:
     return [sys.executable, "-m", "parplan", "study", "run", str(study), "--out", str(out), "--n-jobs", str(jobs)]
 
@@ -26,7 +34,7 @@ def test_ctrl_c_is_one_line_and_exit_130_then_the_same_command_resumes(jobs: int
     study = write_study(tmp_path, SLOW)
     out = tmp_path / "out"
     run = subprocess.Popen(_command(study, out, jobs), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
+                           start_new_session=True, preexec_fn=_as_from_a_terminal)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and run.poll() is None:
         if (out / "results").is_dir() and any((out / "results").glob("*.json")):
