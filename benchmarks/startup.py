@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, default=None, metavar="DIR",
                         help="another parplan checkout to time alongside this one")
     args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error(f"--runs: {args.runs} is not allowed: a whole number >= 1")
+    if args.baseline is not None and not (args.baseline / "parplan" / "__init__.py").is_file():
+        parser.error(f"--baseline: {str(args.baseline)[:80]!r} is not allowed: a parplan checkout (with parplan/__init__.py)")
     roots = {"this": ROOT} | ({} if args.baseline is None else {"baseline": args.baseline.resolve()})
     with tempfile.TemporaryDirectory() as tmp:
         bad_study = str(Path(tmp) / "bad-study.yaml")
