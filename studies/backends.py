@@ -38,6 +38,27 @@ def check_backend(backend: str, scheduler: str | None) -> None:
         raise SpecError("scheduler", scheduler, "only with backend dask (the loky pool runs on this machine)")
 
 
+LOCAL_HOSTS: Final = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
+def check_storage_reachable(backend: str, scheduler: str | None, storage: str | None) -> None:
+    """Refuse a dask scheduler on another machine with a SQLite store: its workers cannot reach the file.
+
+    A remote worker would open (or create) a SQLite file of the same path on its own disk, so trials and
+    claims would scatter over machines and a rerun could not resume. A scheduler on this machine
+    (``inproc://``, ``127.0.0.1``, ``localhost``) shares the disk and may use SQLite.
+    """
+    if backend != "dask" or scheduler is None or (storage is not None and not storage.startswith("sqlite")):
+        return
+    scheme, _, location = scheduler.partition("://")
+    host = location.rsplit(":", 1)[0] if location else ""
+    if scheme == "inproc" or host in LOCAL_HOSTS:
+        return
+    raise SpecError("storage", storage or "the output folder's study.db (SQLite)",
+                    f"a database every dask worker reaches, e.g. --storage postgresql://USER@HOST/DB, with the "
+                    f"scheduler {scheduler[:60]} on another machine")
+
+
 @contextmanager
 def study_backend(backend: str, scheduler: str | None = None) -> Iterator[dict[str, Any]]:
     """Connect to the backend and yield the ``joblib.Parallel`` settings its tasks run under.

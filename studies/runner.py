@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 from joblib import Parallel, delayed
 
-from studies.backends import study_backend
+from studies.backends import check_storage_reachable, study_backend
 from studies.claims import DEFAULT_TTL_S, holders
 from studies.folder import StudyFolder
 from studies.outputs import RESULTS_DIR, export_results, write_result, write_run, write_study
@@ -103,6 +103,7 @@ def run_study(spec: StudySpec, out_dir: str | Path, *, storage: str | None = Non
     if storage is not None:
         open_store(storage)
     with study_backend(backend, scheduler) as parallel:
+        check_storage_reachable(backend, scheduler, storage)  # after the address itself is checked
         return _run(spec, problems, out_dir, storage, n_jobs, ttl_s, poll_s, stream, backend, parallel)
 
 

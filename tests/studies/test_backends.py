@@ -108,3 +108,23 @@ def test_cli_bad_backend_is_one_line_and_exit_2(argv: list[str], names: str, tmp
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and names in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("scheduler", "storage", "refused"), [
+    ("tcp://10.0.0.5:8786", None, True),
+    ("tcp://10.0.0.5:8786", "sqlite:////tmp/x.db", True),
+    ("tcp://10.0.0.5:8786", "postgresql://u@h/db", False),
+    ("tcp://127.0.0.1:8786", None, False),
+    ("inproc://10.0.0.5/1/2", None, False),
+])
+def test_a_remote_scheduler_needs_storage_its_workers_reach(scheduler: str, storage: str | None,
+                                                             refused: bool) -> None:
+    from studies.backends import check_storage_reachable
+
+    if refused:
+        with pytest.raises(SpecError) as info:
+            check_storage_reachable("dask", scheduler, storage)
+        assert info.value.field == "storage" and "postgresql" in str(info.value)
+    else:
+        check_storage_reachable("dask", scheduler, storage)
+    check_storage_reachable("loky", None, storage)  # this machine's pool shares the disk
