@@ -116,7 +116,9 @@ PER_CHANNEL_TREE_GBPS: Final = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23
 PER_CHANNEL_TREE_LL128_GBPS: Final = {"volta": (20.0,) * 3, "ampere": (20.0,) * 3, "hopper": (36.7, 36.7, 29.0),
                                       "blackwell": (55.6, 31.67, 20.0)}
 # perChMaxNVLSTreeBws: NVLS Tree's bus bandwidth per NVLS head (NCCL's NVLS graph has one channel per head),
-# two nodes / more (its one-node entry is unused: NVLS Tree is disabled on one node) [NCCL-TUNING].
+# two nodes / more (its one-node entry is unused: NVLS Tree is disabled on one node) [NCCL-TUNING]. This is the
+# clamp NCCL's own time model applies, not a measured hardware cap: 2 x HGX H100 measures 470 GB/s busbw, above
+# the 8 x 57.7 = 462 GB/s it gives (benchmarks/nccl_published.yaml).
 PER_HEAD_NVLS_TREE_GBPS: Final = {"hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 80.0)}
 
 # treeCorrectionFactor per protocol, index log2i(bytes / 64), 64 B .. 512 MB; 1 beyond. Tree all_reduce
