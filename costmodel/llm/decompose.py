@@ -25,8 +25,8 @@ import math
 from dataclasses import dataclass, replace
 
 from costmodel.specs.layout import EMBEDDING, LOSS, MTP, layout_of, stage_layer_counts
-from costmodel.llm.fa2_attention import fa2_attention_ops
-from costmodel.llm.flex_attention import fa2_share_of_table, flex_attention_ops
+from costmodel.llm.fa2_attention import fa2_attention_ops, fa2_share_of_table
+from costmodel.llm.flex_attention import flex_attention_ops
 from costmodel.llm.moe import expert_rows, local_tokens
 from costmodel.llm.recompute import layer_recompute_fraction, recompute_policy
 from costmodel.ops import Op, gemm, memory_op

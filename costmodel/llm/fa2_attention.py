@@ -19,7 +19,7 @@ brought to cuDNN fused attention's level (``costmodel.analytic``, Transformer En
 share of that level, by the kernel's own sequence length:
 
 - forward: FA2 / cuDNN causal forward TFLOP/s, head dim 128, from the FA3 paper's figure
-  (``costmodel.llm.flex_attention.fa2_share_of_table``, the one place that figure lives);
+  (``fa2_share_of_table``, the one place that figure lives; FlexAttention's shares are of it too);
 - backward: FA2's backward TFLOP/s implied by its published fwd+bwd and fwd throughputs
   (bwd = 2.5 / (3.5 / fwd_bwd - 1 / fwd), the FlashAttention benchmark's 2.5x / 3.5x FLOP
   convention; fwd+bwd from the FlashAttention README's H100 figure, docs/hardware_and_formulas.md
@@ -40,10 +40,43 @@ from dataclasses import replace
 import numpy as np
 
 from costmodel.analytic import FA2_LEVEL_DEVICES, FA2_LEVEL_HEAD_DIM, attention_backward_ratio
-from costmodel.llm.flex_attention import FA2_BELOW_TABLE_LEVEL, fa2_share_of_table
 from costmodel.ops import Op
 
-__all__ = ["FA2_FWD_BWD_TFLOPS", "fa2_attention_ops", "fa2_backward_share_of_table"]
+__all__ = ["FA2_BELOW_TABLE_LEVEL", "FA2_FWD_BWD_TFLOPS", "fa2_attention_ops", "fa2_backward_share_of_table",
+           "fa2_share_of_table", "slower"]
+
+# FlashAttention-2's causal forward TFLOP/s where a device's built-in attention table stands at another
+# kernel's level (``costmodel.analytic.FA2_LEVEL_DEVICES``), at that level's sequence lengths. H100 SXM5:
+# the FA3 paper's figure that gives the table's cuDNN level, head dim 128, causal (arXiv 2407.08608
+# Fig. 5, Dao-AILab/flash-attention assets/flash3_fp16_fwd.png; docs/hardware_and_formulas.md 4c):
+# FA2 191 260 298 319 333 335 against cuDNN 315 410 484 518 529 539 at 512 ... 16k, i.e. 0.61-0.63.
+FA2_BELOW_TABLE_LEVEL: dict[str, tuple[int, ...]] = {"h100-sxm5-80gb": (191, 260, 298, 319, 333, 335)}
+
+
+def _at_sequence(seqs: tuple[int, ...], share: np.ndarray, seq_length: int) -> float:
+    """``share`` (one value per level sequence length ``seqs``) at ``seq_length``: log-interpolated, held outside."""
+    x = math.log2(min(max(seq_length, seqs[0]), seqs[-1]))
+    return float(np.interp(x, np.log2(seqs), share))
+
+
+def fa2_share_of_table(device: str, seq_length: int) -> float:
+    """FlashAttention-2's throughput as a share of ``device``'s built-in attention table at ``seq_length``.
+
+    1 where the table stands at FlashAttention-2's level (A100) or no figure says otherwise;
+    interpolated in log sequence length and held beyond the figure's range. The backward takes the
+    forward's share, as the table's level factor does (``costmodel.analytic``).
+    """
+    fa2 = FA2_BELOW_TABLE_LEVEL.get(device)
+    if fa2 is None:
+        return 1.0
+    seqs, level = FA2_LEVEL_DEVICES[device]
+    return _at_sequence(seqs, np.array(fa2, dtype=float) / np.array(level, dtype=float), seq_length)
+
+
+def slower(op: Op, efficiency: float) -> Op:
+    """``op`` run at ``efficiency`` of the rate it is timed at: the same FLOPs, timed as 1 / efficiency executions."""
+    return replace(op, count=op.count / efficiency)
+
 
 # FlashAttention-2 causal fwd+bwd TFLOP/s, head dim 128, batch 16k / seq, at the table level's sequence
 # lengths (512 ... 16k). H100 SXM5: FlashAttention README benchmark figure (Dao-AILab/flash-attention
@@ -64,9 +97,7 @@ def fa2_backward_share_of_table(device: str, seq_length: int) -> float:
     seqs, level = FA2_LEVEL_DEVICES[device]
     fa2_bwd = 2.5 / (3.5 / np.array(fwd_bwd, dtype=float) - 1.0 / np.array(fwd, dtype=float))
     ratio = np.array([attention_backward_ratio(s, FA2_LEVEL_HEAD_DIM) for s in seqs])
-    share = fa2_bwd / (2.5 * np.array(level, dtype=float) / ratio)
-    x = math.log2(min(max(seq_length, seqs[0]), seqs[-1]))
-    return float(np.interp(x, np.log2(seqs), share))
+    return _at_sequence(seqs, fa2_bwd / (2.5 * np.array(level, dtype=float) / ratio), seq_length)
 
 
 def fa2_attention_ops(ops: list[Op], device: str) -> list[Op]:
@@ -84,6 +115,5 @@ def fa2_attention_ops(ops: list[Op], device: str) -> list[Op]:
         else:
             out.append(op)
             continue
-        # the same FLOPs at a lower rate: timed as 1 / share executions
-        out.append(replace(op, count=op.count / share))
+        out.append(slower(op, share))
     return out

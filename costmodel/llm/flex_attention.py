@@ -29,7 +29,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from costmodel.analytic import FA2_LEVEL_DEVICES
+from costmodel.llm.fa2_attention import FA2_BELOW_TABLE_LEVEL, fa2_share_of_table, slower
 from costmodel.ops import Op, memory_op
 
 __all__ = ["FA2_BELOW_TABLE_LEVEL", "FLEX_BACKWARD_EFFICIENCY", "FLEX_BLOCK_SIZE", "FLEX_FORWARD_EFFICIENCY",
@@ -39,12 +39,6 @@ FLEX_FORWARD_EFFICIENCY = 0.90  # of FlashAttention-2, PyTorch blog 2024-08-07 (
 FLEX_BACKWARD_EFFICIENCY = 0.85  # ibid.
 FLEX_BLOCK_SIZE = 128  # torch.nn.attention.flex_attention.create_block_mask default BLOCK_SIZE
 
-# FlashAttention-2's causal forward TFLOP/s where a device's built-in attention table stands at another
-# kernel's level (``costmodel.analytic.FA2_LEVEL_DEVICES``), at that level's sequence lengths. H100 SXM5:
-# the FA3 paper's figure that gives the table's cuDNN level, head dim 128, causal (arXiv 2407.08608
-# Fig. 5, Dao-AILab/flash-attention assets/flash3_fp16_fwd.png; docs/hardware_and_formulas.md 4c):
-# FA2 191 260 298 319 333 335 against cuDNN 315 410 484 518 529 539 at 512 ... 16k, i.e. 0.61-0.63.
-FA2_BELOW_TABLE_LEVEL: dict[str, tuple[int, ...]] = {"h100-sxm5-80gb": (191, 260, 298, 319, 333, 335)}
 
 # Bytes per output element of the sink rescale: forward reads the bf16 output and writes the fp32
 # product (2 + 4), the cast reads it and writes bf16 (4 + 2); backward: the cast's grad (2 + 4), the
@@ -56,27 +50,6 @@ SINK_BACKWARD_BYTES = 18
 def window_keys_computed(window: int, block: int = FLEX_BLOCK_SIZE) -> int:
     """Keys a query's block computes under a causal sliding window of ``window`` keys (whole blocks)."""
     return block * (1 + math.ceil((window - 1) / block))
-
-
-def fa2_share_of_table(device: str, seq_length: int) -> float:
-    """FlashAttention-2's throughput as a share of ``device``'s built-in attention table at ``seq_length``.
-
-    1 where the table stands at FlashAttention-2's level (A100) or no figure says otherwise;
-    interpolated in log sequence length and held beyond the figure's range. The backward takes the
-    forward's share, as the table's level factor does (``costmodel.analytic``).
-    """
-    fa2 = FA2_BELOW_TABLE_LEVEL.get(device)
-    if fa2 is None:
-        return 1.0
-    seqs, level = FA2_LEVEL_DEVICES[device]
-    share = np.array(fa2, dtype=float) / np.array(level, dtype=float)
-    x = math.log2(min(max(seq_length, seqs[0]), seqs[-1]))
-    return float(np.interp(x, np.log2(seqs), share))
-
-
-def _slower(op: Op, efficiency: float) -> Op:
-    # the kernel does the same FLOPs at a lower rate: time it as 1 / efficiency executions
-    return replace(op, count=op.count / efficiency)
 
 
 def flex_attention_ops(ops: list[Op], window: int | None, sinks: bool, output_elements: float,
@@ -105,7 +78,7 @@ def flex_attention_ops(ops: list[Op], window: int | None, sinks: bool, output_el
         if window and op.name.startswith("attention_window"):
             op = replace(op, count=op.count * window_keys_computed(window) / window)
         share = FLEX_FORWARD_EFFICIENCY if op.family == "attention_fwd" else FLEX_BACKWARD_EFFICIENCY
-        out.append(_slower(op, share * fa2_share))
+        out.append(slower(op, share * fa2_share))
     if sinks:
         out += [memory_op("attention_sink_rescale.fwd", "fwd", output_elements, output_elements * SINK_FORWARD_BYTES),
                 memory_op("attention_sink_rescale.bwd", "bwd", output_elements, output_elements * SINK_BACKWARD_BYTES)]

@@ -22,7 +22,7 @@ from __future__ import annotations
 from statistics import NormalDist
 
 from costmodel.llm.decompose import fa2_device, layer_ops
-from costmodel.llm.flex_attention import fa2_share_of_table
+from costmodel.llm.fa2_attention import fa2_share_of_table
 from costmodel.llm.recompute import recompute_policy
 from costmodel.ops import Op
 from costmodel.specs.runspec import RunSpec
