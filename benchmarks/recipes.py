@@ -27,10 +27,10 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from constraints.oom import default_memory_margin  # noqa: E402
 from costmodel.predict import predict_run  # noqa: E402
 from costmodel.specs.runspec import RunSpec, run_spec_from_mapping  # noqa: E402
 from search import Evaluator, SearchProblem, build_space, run_search  # noqa: E402
+from search.problem import build_problem  # noqa: E402
 from search.space import PROBLEM_FACTS  # noqa: E402
 from search.result import strategy_label  # noqa: E402
 from studies.validate import _with_row_framework, load_validation_set  # noqa: E402
@@ -65,15 +65,13 @@ def problem_facts(run: RunSpec) -> tuple[tuple[str, object], ...]:
 def problem_for(run: RunSpec) -> SearchProblem:
     """The recipe's problem under its facts, bounds widened to contain the recipe itself.
 
-    The search keeps ``parplan search``'s default memory margin free, as a user's search would: at 0 a
-    pick may sit at the usable-memory edge, where it OOMs one time in two (constraints/oom.py).
+    Built by ``search.problem.build_problem``, so the search keeps ``parplan search``'s default memory
+    margin free, as a user's search would (at 0 a pick may sit at the usable-memory edge).
     """
     s = run.strategy
-    return SearchProblem(memory_margin=default_memory_margin(), model=run.model, gpu=run.cluster.gpu, num_gpus=run.cluster.num_gpus,
-                         global_batch_size=s.global_batch_size, seq_length=run.seq_length,
-                         gpus_per_node=run.cluster.gpus_per_node, framework=run.framework,
-                         fixed=problem_facts(run), max_cp=max(16, s.cp), max_vpp=max(8, s.vpp),
-                         max_micro_batch_size=max(8, s.micro_batch_size))
+    return build_problem(run=run, fixed=problem_facts(run),
+                         bounds={"max_cp": max(16, s.cp), "max_vpp": max(8, s.vpp),
+                                 "max_micro_batch_size": max(8, s.micro_batch_size)})
 
 
 def differing_knobs(best: Any, recipe: Any) -> list[str]:
