@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import io
+import json
 import os
 import re
 import secrets
@@ -32,15 +33,19 @@ import stat
 import tempfile
 import warnings
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Final
 
 import joblib
+import numpy as np
 
 from costmodel.specs.notices import ParplanWarning
 
-__all__ = ["cache_dir", "load", "store"]
+__all__ = ["cache_dir", "load", "load_arrays", "store", "store_arrays"]
 
 _SUFFIX: Final = ".joblib"
+_ARRAYS_SUFFIX: Final = ".npz"
+_META: Final = "__meta__"  # the JSON metadata, stored as a uint8 array beside the data arrays
 _TAG: Final = b"parplan predictors hmac-sha256 v1\n"
 _DIGEST_BYTES: Final = hashlib.sha256().digest_size
 _SECRET_FILE: Final = "hmac.key"
@@ -91,10 +96,54 @@ def store(key: str, value: Any) -> Path | None:
     return target
 
 
-def _file_name(key: str) -> str:
+def load_arrays(key: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
+    """The arrays and JSON metadata stored under ``key`` by :func:`store_arrays`; None when absent or unreadable.
+
+    Data only: the file is read with ``allow_pickle=False``, so nothing in it can run code, and a file
+    whose recorded key differs (moved under another name) or that is broken counts as absent.
+    """
+    directory = _private_dir(create=False)
+    if directory is None:
+        return None
+    blob = _read(directory / _file_name(key, _ARRAYS_SUFFIX))
+    if blob is None:
+        return None
+    try:
+        with np.load(io.BytesIO(blob), allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+        meta = json.loads(arrays.pop(_META).tobytes().decode())
+    except (OSError, ValueError, KeyError, EOFError, UnicodeDecodeError):
+        return None
+    if not isinstance(meta, dict) or meta.get("key") != key:
+        return None
+    return arrays, meta
+
+
+def store_arrays(key: str, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Path | None:
+    """Write numeric ``arrays`` and JSON-able ``meta`` under ``key`` atomically, data only (``.npz``).
+
+    Returns the file, or None when the cache directory is not private.
+    """
+    if _META in arrays:
+        raise ValueError(f"array name {_META!r} is reserved")
+    values = {name: np.asarray(value) for name, value in arrays.items()}
+    if any(value.dtype.hasobject for value in values.values()):
+        raise ValueError("store_arrays holds numeric arrays only (no object dtype)")
+    directory = _private_dir(create=True)
+    if directory is None:
+        return None
+    header = np.frombuffer(json.dumps({**meta, "key": key}, sort_keys=True).encode(), dtype=np.uint8)
+    buffer = io.BytesIO()
+    np.savez(buffer, allow_pickle=False, **values, **{_META: header})
+    target = directory / _file_name(key, _ARRAYS_SUFFIX)
+    _write_new(target, buffer.getvalue(), replace=True)
+    return target
+
+
+def _file_name(key: str, suffix: str = _SUFFIX) -> str:
     if not _KEY_PATTERN.fullmatch(key):
         raise ValueError(f"cache key {key[:80]!r} is not file-name safe")
-    return key + _SUFFIX
+    return key + suffix
 
 
 def _mac(secret: bytes, key: str, payload: bytes) -> bytes:

@@ -25,6 +25,7 @@ from costmodel.predictors import _cache, cache_dir, fitted_profile, forget_fitte
 from costmodel.predictors._fitted import cache_key
 from costmodel.profiles import load_profile, make_profile, write_profile_files
 from costmodel.specs import get_gpu
+from costmodel.specs.notices import ParplanWarning
 
 H100 = "h100-sxm5-80gb"
 PEAK, BANDWIDTH = 2e11, 2e10  # a CPU core
@@ -213,3 +214,32 @@ def test_a_refit_from_the_tables_matches_the_cached_fit(tmp_path, profile_dir, m
     forget_fitted()
     again = fitted_profile(profile, get_gpu(H100))  # from the private cache, not refitted
     assert again.fit_seconds == theirs.fit_seconds
+
+
+def test_arrays_round_trip_as_data_only(private_cache):
+    path = _cache.store_arrays("tables", {"x": np.arange(4.0), "n": np.array([1, 2], dtype=np.int32)}, {"v": 3})
+    assert path == private_cache / "tables.npz"
+    arrays, meta = _cache.load_arrays("tables")
+    assert arrays["x"].tolist() == [0.0, 1.0, 2.0, 3.0] and arrays["n"].dtype == np.int32
+    assert meta == {"key": "tables", "v": 3}
+
+
+def test_arrays_refuse_objects_and_moved_or_broken_files(private_cache):
+    with pytest.raises(ValueError, match="numeric arrays only"):
+        _cache.store_arrays("objects", {"o": np.array([object()])}, {})
+    assert _cache.load_arrays("objects") is None
+    _cache.store_arrays("first", {"x": np.ones(2)}, {})
+    os.replace(private_cache / "first.npz", private_cache / "second.npz")  # moved under another key's name
+    assert _cache.load_arrays("second") is None
+    (private_cache / "broken.npz").write_bytes(b"not a zip")
+    assert _cache.load_arrays("broken") is None
+
+
+def test_arrays_are_not_read_from_a_shared_directory(private_cache):
+    _cache.store_arrays("tables", {"x": np.ones(2)}, {})
+    private_cache.chmod(0o770)
+    try:
+        with pytest.warns(ParplanWarning, match="not private"):
+            assert _cache.load_arrays("tables") is None
+    finally:
+        private_cache.chmod(0o700)
