@@ -43,6 +43,7 @@ __all__ = [
     "available_devices",
     "backend_gemm_tables",
     "load_tables",
+    "source_files",
     "system_for",
 ]
 
@@ -294,6 +295,24 @@ def load_tables(device: str) -> dict[str, Any]:
     if merge_note is not None:
         tables["metadata"]["gemm_bf16_merge"] = merge_note
     return tables
+
+
+def source_files(device: str) -> tuple[Path, ...]:
+    """Every file :func:`load_tables` may read for ``device`` (present or not), for cache keys.
+
+    Raises
+    ------
+    ProfileDataError
+        As :func:`load_tables`, when the device is unknown or the pinned package is not installed.
+    """
+    plan = _plan_for(device)
+    root = _package_root()
+    relative = [_gemm_path(plan.system, plan.backend, plan.backend_version),
+                *(_gemm_path(plan.system, backend, version) for backend, version in plan.bf16_merge)]
+    if plan.fp8_backend is not None and plan.fp8_backend_version is not None:
+        relative.append(_gemm_path(plan.system, plan.fp8_backend, plan.fp8_backend_version))
+    relative += [_attention_path(plan), _comm_path(plan)]
+    return tuple(root.joinpath(*path.parts) for path in relative)
 
 
 def backend_gemm_tables(device: str) -> dict[str, dict[str, np.ndarray]]:

@@ -58,6 +58,7 @@ from typing import Any, Final
 import numpy as np
 import yaml
 
+from costmodel.profiles import _builtin_cache
 from costmodel.profiles import aiconfigurator_adapter as adapter
 from costmodel.specs.errors import SpecError
 from costmodel.specs.userfile import read_user_file
@@ -212,7 +213,10 @@ def make_profile(name: str, device: str, metadata: dict[str, Any],
 
 @cache
 def builtin_profile(device: str) -> Profile | None:
-    """The aiconfigurator-core profile of GPU catalog ``device``; memoised.
+    """The aiconfigurator-core profile of GPU catalog ``device``; memoised, its tables cached on disk.
+
+    The adapter's tables are kept in parplan's private cache (``_builtin_cache``), keyed by
+    everything they are read from, so a later process skips the parquet read.
 
     Returns
     -------
@@ -227,7 +231,7 @@ def builtin_profile(device: str) -> Profile | None:
     """
     if device not in adapter.available_devices():
         return None
-    raw = adapter.load_tables(device)
+    raw = _builtin_cache.load_tables(device)  # the adapter's tables, cached by their inputs
     metadata = {**raw.pop("metadata"), "fit_sampling": dict(DEFAULT_FIT_SAMPLING)}
     return make_profile(f"{adapter.PACKAGE_NAME} {adapter.PACKAGE_VERSION}: {device}", device, metadata, raw)
 
