@@ -17,17 +17,20 @@ import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from constraints.recsys_memory import plan_memory
-from costmodel.recsys.plan import ShardingPlan, plan_from_mapping
-from costmodel.recsys.torchrec_plan import torchrec_json, write_torchrec_json
-from costmodel.recsys.torchrec_stats import rank_rows, render
 from costmodel.specs.errors import SpecError
 from costmodel.specs.gpu import GiB
-from costmodel.specs.recsys import DLRMRunSpec, is_dlrm_mapping, load_dlrm_run_spec
+from costmodel.specs.recsys import is_dlrm_mapping, load_dlrm_run_spec
 from costmodel.specs.userfile import read_user_file
 from parplan._json import dumps
+
+if TYPE_CHECKING:
+    from costmodel.recsys.plan import ShardingPlan
+    from costmodel.specs.recsys import DLRMRunSpec
+
+# Start-up: every `parplan predict` / `search` passes through route(); the DLRM cost and memory
+# models (numpy, costmodel.recsys) are imported only once a spec is a DLRM one.
 
 EXIT_OK, EXIT_INFEASIBLE = 0, 3
 EXPORT_NAME = "torchrec"
@@ -68,6 +71,8 @@ def _run(path: str, gpus: list[int] | None = None) -> DLRMRunSpec:
 
 
 def _given_plan(run: DLRMRunSpec) -> ShardingPlan | None:
+    from costmodel.recsys.plan import plan_from_mapping
+
     if run.plan is None:
         return None
     return plan_from_mapping(run.plan, run.model, run.cluster.num_gpus, run.cluster.gpus_per_node)
@@ -75,6 +80,8 @@ def _given_plan(run: DLRMRunSpec) -> ShardingPlan | None:
 
 def report(run: DLRMRunSpec, plan: ShardingPlan) -> dict[str, Any]:
     """The prediction of ``plan``: step, fit, peak memory and one row per rank (the ``--json`` contract)."""
+    from constraints.recsys_memory import plan_memory
+    from costmodel.recsys.torchrec_stats import rank_rows
     from search.recsys_search import parplan_rank_times
 
     memory = plan_memory(run.model, run.cluster, plan)
@@ -92,6 +99,8 @@ def report(run: DLRMRunSpec, plan: ShardingPlan) -> dict[str, Any]:
 
 
 def _print_report(result: dict[str, Any]) -> None:
+    from costmodel.recsys.torchrec_stats import render
+
     fits = "fits" if result["fits"] else "DOES NOT FIT"
     print(f"{result['model']} on {result['num_gpus']} x {result['gpu']}, batch {result['batch_size']}: "
           f"step {1e3 * result['step_time_s']:.3f} ms (slowest rank), peak {result['peak_memory_gib']:.2f} of "
@@ -116,6 +125,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     """``parplan search`` of a DLRM run spec."""
+    from costmodel.recsys.torchrec_plan import torchrec_json, write_torchrec_json
     from search.recsys_search import search_plans
 
     for flag in LLM_ONLY:
