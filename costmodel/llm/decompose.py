@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, replace
 
 from costmodel.specs.layout import EMBEDDING, LOSS, MTP, layout_of, stage_layer_counts
-from costmodel.llm.fa2_attention import fa2_attention_ops, fa2_share_of_table
+from costmodel.llm.fa2_attention import fa2_attention_ops
 from costmodel.llm.flex_attention import flex_attention_ops
 from costmodel.llm.moe import expert_rows, local_tokens
 from costmodel.llm.recompute import layer_recompute_fraction, recompute_policy
@@ -252,7 +252,8 @@ def _moe(x: LayerShape, model: ModelSpec, strategy: Strategy, expert_fused: bool
     if not expert_fused and model.add_bias_linear:
         inner = model.moe_ffn_hidden_size // etp.tp  # type: ignore[operator]
         experts = [op for op in experts if ".swiglu." not in op.name]
-        experts += _eager_expert_ops(per_expert * experts_here, inner, x.hidden)
+        experts += _eager_expert_ops(per_expert * experts_here, inner, x.hidden,
+                                     probs_grad=strategy.moe_routing != "round_robin")
     ops += experts
     ops += _elementwise("moe.unpermute", local * model.moe_router_topk * x.hidden, 1, 1, 1, 1)
     if model.num_shared_experts:
@@ -260,7 +261,7 @@ def _moe(x: LayerShape, model: ModelSpec, strategy: Strategy, expert_fused: bool
     return ops
 
 
-def _eager_expert_ops(rows: float, inner: int, hidden: int) -> list[Op]:
+def _eager_expert_ops(rows: float, inner: int, hidden: int, probs_grad: bool = True) -> list[Op]:
     """Expert biases and gated activation as NeMo Automodel's DeepEP experts run them, kernel by kernel.
 
     github.com/NVIDIA-NeMo/Automodel @01926a5c nemo_automodel/components/moe/layers.py
@@ -271,10 +272,20 @@ def _eager_expert_ops(rows: float, inner: int, hidden: int) -> list[Op]:
     forward reads the gate/up rows (2 x inner) and writes the product (inner); backward reads the
     gradient and the gate/up rows and writes their gradients. The bias kernels are eager (split,
     add, cat). The fused path's one SwiGLU op is dropped.
+
+    The down bias is weighted by the permuted probs, which DeepEP delivers in fp32 (``_DeepepManager``
+    asserts ``dispatched_probs.dtype == torch.float32``), so PyTorch's type promotion runs its kernels
+    in fp32 until the closing ``.to(value.dtype)``: per output element the forward writes ``b * p``
+    (4 bytes), ``t + b * p`` reads bf16 t and it and writes fp32 (2 + 4 + 4), cat copies fp32 (4 + 4),
+    the cast reads fp32 and writes bf16 (4 + 2): 28 bytes. Backward: the cast's gradient to fp32
+    (2 + 4), the add's gradient to bf16 t (4 + 2), the bias gradient ``(g * p)`` summed over rows
+    (4 + 4 + 4): 24 bytes, and 12 more for the probs' gradient ``(g * b)`` summed over the hidden
+    dim where the router is trained (``probs_grad``; Automodel's FakeBalancedGate makes constant probs).
     """
     ops = _elementwise("moe.experts.up_bias", rows * 2 * inner, 2, 2, 1, 0)
     ops += _elementwise("moe.experts.geglu_compiled", rows * inner, 2, 1, 3, 2)
-    ops += _elementwise("moe.experts.down_bias", rows * hidden, 3, 3, 4, 2)
+    ops += _elementwise("moe.experts.down_bias", rows * hidden, 28, 0, 24 + (12 if probs_grad else 0), 0,
+                        bytes_per=1)
     return ops
 
 
@@ -285,7 +296,7 @@ def shared_expert_ops(x: LayerShape, model: ModelSpec) -> list[Op]:
 
 def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool = False,
               policy: str | None = None, rope_fused: bool = True, expert_fused: bool = True,
-              flex_attention: bool = False, flex_fa2_share: float = 1.0,
+              flex_attention: bool = False, flex_device: str | None = None,
               fa2_device: str | None = None) -> list[Op]:
     """Operators of one transformer layer for one micro-batch on one GPU (fwd, bwd, recompute).
 
@@ -294,7 +305,7 @@ def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool =
     ``rope_fusion`` (one streaming kernel, ``rope_fused``; otherwise eager ops, ``rope``).
     ``expert_fused``: the framework's ``moe_expert_fusion`` (``_moe``). ``flex_attention``: the
     framework's ``attention_kernel`` is ``flex`` (``costmodel.llm.flex_attention``), timed against
-    FlashAttention-2's share ``flex_fa2_share`` of the GPU's table (``fa2_share_of_table``).
+    FlashAttention-2's forward and backward shares of the table of GPU ``flex_device``.
     ``fa2_device``: the framework's ``attention_kernel`` is ``fa2``, on this GPU's table
     (``costmodel.llm.fa2_attention``).
     """
@@ -310,7 +321,8 @@ def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool =
     core = _attention_cores(x, model, strategy)
     if flex_attention:
         core = flex_attention_ops(core, model.sliding_window, model.attention_sinks, x.tokens * x.o_width,
-                                  flex_fa2_share)
+                                  flex_device, {"q": x.tokens * x.q_width, "k": x.tokens * x.kv_width,
+                                                "v": x.tokens * x.v_width, "out": x.tokens * x.o_width})
     elif fa2_device is not None:
         core = fa2_attention_ops(core, fa2_device)
     ops += core
@@ -426,7 +438,6 @@ def stage_ops(run: RunSpec, stage: int) -> list[Op]:
     model, s, seq = run.model, run.strategy, run.seq_length
     dense, moe = stage_layer_counts(model, s, stage)
     policy = recompute_policy(run)
-    flex_share = fa2_share_of_table(run.cluster.gpu.name, seq)
     ops: list[Op] = []
     for layers, is_moe in ((dense, False), (moe, True)):
         if layers:
@@ -434,7 +445,7 @@ def stage_ops(run: RunSpec, stage: int) -> list[Op]:
                                                              rope_fused=run.framework.rope_fusion,
                                                              expert_fused=run.framework.moe_expert_fusion,
                                                              flex_attention=run.framework.attention_kernel == "flex",
-                                                             flex_fa2_share=flex_share,
+                                                             flex_device=run.cluster.gpu.name,
                                                              fa2_device=fa2_device(run))]
     layout = layout_of(model, s)  # the embedding, MTP layers and loss where the pipeline layout puts them
     if layout.count(stage, EMBEDDING):

@@ -22,7 +22,6 @@ from __future__ import annotations
 from statistics import NormalDist
 
 from costmodel.llm.decompose import fa2_device, layer_ops
-from costmodel.llm.fa2_attention import fa2_share_of_table
 from costmodel.llm.recompute import recompute_policy
 from costmodel.ops import Op
 from costmodel.specs.runspec import RunSpec
@@ -62,7 +61,7 @@ def _layer_ops(run: RunSpec, moe: bool) -> list[Op]:
     return layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run),
                      rope_fused=run.framework.rope_fusion, expert_fused=run.framework.moe_expert_fusion,
                      flex_attention=run.framework.attention_kernel == "flex",
-                     flex_fa2_share=fa2_share_of_table(run.cluster.gpu.name, run.seq_length),
+                     flex_device=run.cluster.gpu.name,
                      fa2_device=fa2_device(run))
 
 

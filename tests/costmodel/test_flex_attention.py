@@ -69,3 +69,28 @@ def test_flex_attention_is_slower_than_flash_and_only_where_the_framework_runs_i
 def test_an_unknown_attention_kernel_names_the_field() -> None:
     with pytest.raises(SpecError, match="attention_kernel"):
         _run(attention_kernel="sdpa")
+
+
+def test_automodel_s_flex_path_copies_q_k_v_and_the_output_to_and_from_the_kernel_s_layout() -> None:
+    # nemo_automodel/components/attention/utils.py @01926a5c: transpose(1, 2).contiguous() for q, k, v, output
+    run = _run()
+    ops = {op.name: op for op in layer_ops(run.model, run.strategy, 4096, moe=True, flex_attention=True,
+                                           flex_device="h100-sxm5-80gb")}
+    tokens = 2 * 4096
+    m = run.model
+    assert ops["attention_layout_copy.q.fwd"].bytes == tokens * m.num_attention_heads * m.head_dim * 4
+    assert ops["attention_layout_copy.k.fwd"].bytes == tokens * m.num_query_groups * m.head_dim * 4
+    assert "attention_layout_copy.out.fwd" in ops
+    assert not any(name.startswith("attention_layout_copy") for name in
+                   (op.name for op in layer_ops(m, run.strategy, 4096, moe=True)))  # flash: none
+
+
+def test_flex_on_a_device_runs_forward_and_backward_at_their_own_fa2_shares() -> None:
+    run = _run()
+    plain = {op.name: op for op in layer_ops(run.model, run.strategy, 4096, moe=True, flex_attention=True)}
+    on = {op.name: op for op in layer_ops(run.model, run.strategy, 4096, moe=True, flex_attention=True,
+                                          flex_device="h100-sxm5-80gb")}
+    assert on["attention.fwd"].count == pytest.approx(plain["attention.fwd"].count
+                                                      / flex.fa2_share_of_table("h100-sxm5-80gb", 4096))
+    assert on["attention.bwd"].count == pytest.approx(plain["attention.bwd"].count
+                                                      / flex.fa2_backward_share_of_table("h100-sxm5-80gb", 4096))
