@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-__all__ = ["BF16", "FP8", "activation_bytes", "activation_wire_bytes", "grad_reduce_bytes", "rank_tokens"]
+__all__ = ["BF16", "FP8", "activation_bytes", "activation_wire_bytes", "grad_reduce_bytes", "param_gather_bytes",
+           "rank_tokens"]
 
 BF16: Final = 2  # bytes per 16-bit element
 FP8: Final = 1
@@ -40,3 +41,14 @@ def grad_reduce_bytes(run: Any) -> int:
     """Bytes per gradient element on the data-parallel wire: the framework's reduce dtype
     (``Framework.grad_reduce_dtype``, each framework file gives its source)."""
     return int(run.framework.grad_reduce_bytes)
+
+
+def param_gather_bytes(run: Any) -> int:
+    """Bytes per parameter element of the distributed optimizer's parameter all-gather.
+
+    With ``Framework.fp8_param_gather`` an FP8 run keeps its parameters as FP8 and gathers them
+    so (Megatron-LM --fp8-param-gather: "Keep the compute param in fp8 (do not use any other
+    intermediate dtype) and perform the param all-gather in fp8", megatron/training/arguments.py
+    @d98e8a64; not yet in r0.8 @f2e5db40); otherwise the bf16 parameters travel.
+    """
+    return FP8 if run.strategy.precision == "fp8" and run.framework.fp8_param_gather else BF16

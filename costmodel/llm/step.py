@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from constraints.memory import params_on_gpu
-from costmodel.llm import moe
+from costmodel.llm import dp_buckets, moe
 from costmodel.calibration import compute_scale as calibrated_scale
 from costmodel.comm import collective_seconds, group_placement
 from costmodel.factored_timing import collective_factor_for
@@ -30,7 +30,7 @@ from costmodel.llm.compute import StageCompute, pipeline_compute
 from costmodel.llm.decompose import layer_shape, shared_expert_ops
 from costmodel.llm.cp_comm import cp_layer_exposed_s
 from costmodel.llm.flops import model_flops_per_step
-from costmodel.llm.messages import BF16, activation_bytes, grad_reduce_bytes
+from costmodel.llm.messages import BF16, activation_bytes, grad_reduce_bytes, param_gather_bytes
 from costmodel.llm.overheads import layer_launch_exposed_s, straggler_fraction
 from costmodel.llm.recompute import recompute_policy
 from costmodel.llm.schedule import SCHEDULES, PipelineTime, schedule_name
@@ -50,8 +50,6 @@ from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
 from costmodel.llm.tp_comm import tp_layer_exposed_s
 
-# Megatron-LM's default DDP bucket: max(40M, 1M x dp) parameters (megatron/core/distributed ddp config).
-BUCKET_PARAMS = 40_000_000
 # DeepSpeed's ZeRO-2 gradient bucket: reduce_bucket_size = 5e8 elements (deepspeed/runtime/zero/config.py).
 ZERO2_BUCKET_PARAMS = 500_000_000
 
@@ -266,7 +264,9 @@ def _dp_tail(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: i
 
     ZeRO-3 and ZeRO-2 reduce their gradients inside every micro-batch (``_layer_comm``), except
     pipelined FSDP2, which reduce-scatters after the stage's last backward (``_zero3_step_exposed``);
-    ZeRO-0/1 reduce once, bucket by bucket under the last backward.
+    ZeRO-0/1 reduce once, bucket by bucket under the last backward on the pipeline rank that
+    buckets, in one piece after it elsewhere (``costmodel.llm.dp_buckets``). The overlapped
+    parameter all-gather belongs to the next step's first forward (``_param_gather_head``).
     """
     s, gpu = run.strategy, run.cluster.gpu
     if s.dp * s.cp == 1:
@@ -274,18 +274,37 @@ def _dp_tail(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: i
     if s.zero_stage == 3:
         return _zero3_step_exposed(run, timer, stage, pp_rank)[1]
     wire = grad_reduce_bytes(run)
+    in_buckets = dp_buckets.bucketed(pp_rank or 0)
+    bucket_size = dp_buckets.bucket_params(s.dp)
     total = 0.0
     for params, g, replicate in _shard_groups(run, stage, pp_rank):
         if s.zero_stage < 2:
             op = "all_reduce" if s.zero_stage == 0 else "reduce_scatter"
             sync = _sync(timer, op, params * wire, g, replicate, gpu)
-            bucket = _sync(timer, op, min(params, BUCKET_PARAMS) * wire, g, replicate, gpu)
-            total += bucketed_reduce_exposed_s(stage.backward_s, sync, bucket, s.overlap_grad_reduce)
-        if s.zero_stage in (1, 2):
-            gather = _collective(timer, "all_gather", params * BF16, g, gpu)
-            gather_bucket = _collective(timer, "all_gather", min(params, BUCKET_PARAMS) * BF16, g, gpu)
-            total += gather_bucket if s.overlap_param_gather else gather
+            bucket = _sync(timer, op, min(params, bucket_size) * wire, g, replicate, gpu)
+            total += bucketed_reduce_exposed_s(stage.backward_s, sync, bucket, s.overlap_grad_reduce and in_buckets)
+        if s.zero_stage in (1, 2) and not s.overlap_param_gather:
+            total += _collective(timer, "all_gather", params * param_gather_bytes(run), g, gpu)
     return total
+
+
+def _param_gather_head(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: int,
+                       upstream_forward_s: float) -> float:
+    """Seconds the first forward of ``stage`` waits for the overlapped ZeRO-1/2 parameter all-gather
+    (``costmodel.llm.dp_buckets.param_gather_exposed_s``); ``upstream_forward_s``: the forwards of
+    the ranks before it, which its first forward waits for anyway."""
+    s, gpu = run.strategy, run.cluster.gpu
+    if s.dp * s.cp == 1 or s.zero_stage not in (1, 2) or not s.overlap_param_gather:
+        return 0.0
+    bucket_size, wire = dp_buckets.bucket_params(s.dp), param_gather_bytes(run)
+    head = 0.0
+    for params, g, _ in _shard_groups(run, stage, pp_rank):
+        head += dp_buckets.param_gather_exposed_s(
+            dp_buckets.bucket_count(params, s.dp), stage.forward_s,
+            _collective(timer, "all_gather", min(params, bucket_size) * wire, g, gpu),
+            _collective(timer, "all_gather", params * wire, g, gpu),
+            dp_buckets.bucketed(pp_rank), upstream_forward_s)
+    return head
 
 
 def _p2p_seconds(run: RunSpec, timer: OperatorTimer) -> float:
@@ -344,8 +363,11 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
         slack += t.backward_s
     tail, dp_exposed, optimizer = max(tails)
     tail = max(tail, 0.0)
-    # pipelined FSDP2's first gathers of the step, on the slowest stage's start
-    head = max(_zero3_step_exposed(run, timer, t.compute, st)[0] for st, t in enumerate(stages))
+    # the step's first gathers (pipelined FSDP2's, or ZeRO-1/2's overlapped parameter all-gather)
+    # delay the first forward of their stage, and behind it the whole pipeline: the slowest stage's
+    upstream = [sum(t.forward_s for t in stages[:st]) for st in range(len(stages))]
+    head = max(_zero3_step_exposed(run, timer, t.compute, st)[0]
+               + _param_gather_head(run, timer, t.compute, st, upstream[st]) for st, t in enumerate(stages))
     optimizer = min(optimizer, tail)
     k = stages[flush.bottleneck]
     c = k.compute
