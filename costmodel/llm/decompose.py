@@ -211,6 +211,23 @@ def _rope_elements(x: LayerShape, model: ModelSpec) -> int:
     return x.tokens * (x.q_width + x.kv_width)
 
 
+def _mla_concat_copies(x: LayerShape, model: ModelSpec) -> list[Op]:
+    """MLA's q and k assembled from their no-RoPE and RoPE parts by eager copies (no fused MLA RoPE kernel).
+
+    github.com/NVIDIA-NeMo/Automodel @01926a5c nemo_automodel/components/models/deepseek_v3/layers.py
+    ``MLA.forward``: ``q = torch.cat([q_nope, q_pe])``, ``k = torch.cat([k_nope, k_pe.expand(heads)])``,
+    and v a slice of ``kv_b_proj``'s output that Transformer Engine attention makes contiguous; per
+    head, each copy reads and writes its width once (q, k: ``head_dim``; v: ``v_head_dim``). The
+    backward's split of ``dq`` and ``dk``/``dv`` back into the projections' layouts concatenates
+    them (``head_dim`` and ``qk_nope_head_dim + v_head_dim``) and sums the expanded ``dk_pe`` over
+    heads (reads ``qk_rope_head_dim``).
+    """
+    nope, rope = model.qk_nope_head_dim, model.qk_rope_head_dim
+    per_head_fwd = 2 * x.head_dim + x.v_head_dim
+    return _elementwise("mla_concat", x.tokens * x.heads, per_head_fwd, per_head_fwd,
+                        x.head_dim + nope + x.v_head_dim + rope, x.head_dim + nope + x.v_head_dim)
+
+
 def _mlp(name: str, x: LayerShape, model: ModelSpec, ffn: int, tokens: int | None = None,
          count: float = 1.0) -> list[Op]:
     inner = ffn // x.tp
@@ -318,6 +335,8 @@ def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool =
         ops += _elementwise("qk_norm", x.tokens * (x.q_width + x.kv_width), 1, 1, 2, 1)
     if model.position_embedding == "rope":
         ops += _elementwise("rope_fused" if rope_fused else "rope", _rope_elements(x, model), 1, 1, 1, 1)
+        if model.is_mla and not rope_fused:
+            ops += _mla_concat_copies(x, model)
     core = _attention_cores(x, model, strategy)
     if flex_attention:
         core = flex_attention_ops(core, model.sliding_window, model.attention_sinks, x.tokens * x.o_width,
