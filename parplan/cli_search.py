@@ -16,42 +16,28 @@ import math
 import sys
 from functools import partial
 from pathlib import Path
-from typing import Any
-
-from threadpoolctl import threadpool_limits
+from typing import TYPE_CHECKING, Any
 
 from constraints.oom import default_memory_margin
-from costmodel.specs.catalog import get_gpu
 from costmodel.specs.errors import SpecError
-from costmodel.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, get_framework
-from costmodel.specs.model_source import parse_model
-from costmodel.specs.runspec import RunSpec, load_run_spec
+from costmodel.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
+from parplan._argtypes import int_list, jobs, number_in, positive_int, positive_number, seed
 from parplan._interrupt import resumable
 from parplan._json import dumps
-from parplan._argtypes import int_list, jobs, number_in, positive_int, positive_number, seed
-from search import (
-    KNOBS,
-    Budget,
-    BudgetPlan,
-    SearchProblem,
-    SearchResult,
-    contract_prediction,
-    explain_infeasible,
-    gpu_counts,
-    parse_knob_value,
-    plan_counts,
-    run_search,
-    strategy_label,
-)
-from search.budget import human_days
-from search.problem import build_problem
-from search.space import BOUND_NAMES, MAX_MEMORY_MARGIN, SearchBounds
-from search.objective import search_timer
-from search.progress import SearchProgress
-from search.storage import check_storage_url
-from search.exporters import EXPORTERS, get_exporter, implied_framework, launcher_restrictions
-from search.samplers import SAMPLERS
+from search.choices import SAMPLERS
+from search.exporters import EXPORTERS
+from search.space import KNOBS, MAX_MEMORY_MARGIN, SearchBounds
 
+if TYPE_CHECKING:
+    from costmodel.specs.runspec import RunSpec
+    from search.budget import Budget, BudgetPlan
+    from search.progress import SearchProgress
+    from search.result import SearchResult
+    from search.space import SearchProblem
+
+# Start-up: the imports above are what the parser needs (flag choices and the defaults its help
+# shows), none of them numpy, Optuna or the cost model; a flag error costs no more. What a search
+# needs is imported where it runs.
 EXIT_OK, EXIT_INFEASIBLE = 0, 3
 """130 = 128 + SIGINT, what shells report for a command ended by Ctrl-C."""
 EPILOG = ("exit codes: 0 a strategy was found; 2 bad input (one line naming the field); 3 no legal strategy fits "
@@ -146,6 +132,8 @@ def _pairs(items: list[str], flag: str) -> list[tuple[str, str, str]]:
 
 
 def _knob_value(flag: str, knob: str, text: str, item: str) -> Any:
+    from search.space import parse_knob_value
+
     try:
         return parse_knob_value(knob, text)
     except SpecError as exc:  # name the flag the user typed, not only the knob
@@ -161,6 +149,8 @@ def _allowed_values(knob: str, text: str, item: str) -> tuple[Any, ...]:
 
 def baseline_run(args: argparse.Namespace) -> RunSpec | None:
     """The run spec named on the command line (flags given beside it override its values), or ``None``."""
+    from costmodel.specs.runspec import load_run_spec
+
     if args.run_spec is None:
         for flag, value in (("--model", args.model), ("--gpu", args.gpu)):
             if value is None:
@@ -176,6 +166,13 @@ def problem_from_args(args: argparse.Namespace, num_gpus: int, run: RunSpec | No
 
     Flags given beside a run spec override its values; the defaults are ``search.problem``'s.
     """
+    from costmodel.specs.catalog import get_gpu
+    from costmodel.specs.framework import get_framework
+    from costmodel.specs.model_source import parse_model
+    from search.exporters import implied_framework, launcher_restrictions
+    from search.problem import build_problem
+    from search.space import BOUND_NAMES
+
     model = None if args.model is None else parse_model(args.model, seq_length=args.seq_length)[0]
     fixed = {k: _knob_value("fix", k, v, item) for k, v, item in _pairs(args.fix, "fix")}
     allowed = {k: _allowed_values(k, v, item) for k, v, item in _pairs(args.allow, "allow")}
@@ -192,6 +189,9 @@ def problem_from_args(args: argparse.Namespace, num_gpus: int, run: RunSpec | No
 
 
 def _counts(args: argparse.Namespace, run: RunSpec | None = None) -> list[int]:
+    from costmodel.specs.catalog import get_gpu
+    from search.budget import gpu_counts
+
     if args.max_gpus is not None:
         node = args.gpus_per_node or (get_gpu(args.gpu).gpus_per_node if args.gpu is not None or run is None
                                       else run.cluster.gpus_per_node)
@@ -216,6 +216,8 @@ def _check_profile(args: argparse.Namespace, gpu: Any) -> None:
     """Load the profile once, before any trial: a bad folder is one error, not one per trial or per count."""
     if args.profile is None:
         return
+    from search.objective import search_timer
+
     try:
         search_timer(gpu, args.profile)
     except SpecError as exc:
@@ -235,6 +237,13 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def _search_command(args: argparse.Namespace) -> int:
+    from threadpoolctl import threadpool_limits
+
+    from search.budget import Budget, plan_counts
+    from search.exporters import get_exporter
+    from search.progress import SearchProgress
+    from search.storage import check_storage_url
+
     sampler = args.sampler or ("nsga2" if args.objective == "pareto" else "tpe")
     objective = "pareto" if args.objective == "pareto" else "time"
     budget = Budget(tokens=args.tokens, price_per_gpu_hour=args.price_per_gpu_hour, deadline_days=args.deadline_days)
@@ -266,6 +275,13 @@ def _search_command(args: argparse.Namespace) -> int:
         progress.close()
 
 
+def run_search(problem: SearchProblem, **kwargs: Any) -> SearchResult:
+    """``search.run.run_search``, imported on the first search (Optuna and the cost model: start-up)."""
+    from search.run import run_search as search
+
+    return search(problem, **kwargs)
+
+
 def _search_one(problem: SearchProblem, *, args: argparse.Namespace, sampler: str, objective: str,
                 many: bool, progress: SearchProgress) -> SearchResult:
     name = args.study_name
@@ -280,6 +296,8 @@ def _search_one(problem: SearchProblem, *, args: argparse.Namespace, sampler: st
 
 
 def _exports(args: argparse.Namespace, result: SearchResult) -> list[dict[str, Any]]:
+    from search.exporters import get_exporter
+
     best = result.best
     if best is None:
         return []
@@ -292,6 +310,8 @@ def _exports(args: argparse.Namespace, result: SearchResult) -> list[dict[str, A
 
 
 def _single(args: argparse.Namespace, result: SearchResult, budget: Budget) -> int:
+    from search.run import explain_infeasible
+
     if result.best is None:
         why = explain_infeasible(result)
         if args.json:
@@ -325,6 +345,8 @@ def compare_with_run(run: RunSpec, result: SearchResult) -> dict[str, Any]:
     run breaks a rule or does not fit, so that it has no comparable time).
     """
     from costmodel.predict import predict_run
+    from search.objective import search_timer
+    from search.result import strategy_label
 
     best = result.best
     assert best is not None
@@ -346,6 +368,8 @@ def _baseline_line(baseline: dict[str, Any]) -> str:
 
 
 def _plan(args: argparse.Namespace, plan: BudgetPlan) -> int:
+    from search.result import contract_prediction
+
     objective = "cost" if args.objective == "cost" else "time"
     chosen = plan.recommended(objective)
     trials = sum(r.result.trials for r in plan.rows)
@@ -383,6 +407,9 @@ def _plan(args: argparse.Namespace, plan: BudgetPlan) -> int:
 
 
 def _plan_failure(plan: BudgetPlan) -> list[str]:
+    from search.budget import human_days
+    from search.run import explain_infeasible
+
     if not plan.feasible:
         last = plan.rows[-1].result
         return explain_infeasible(last).lines(last.problem) if last.trials else \
@@ -406,6 +433,8 @@ def _table(rows: list[list[str]], header: list[str]) -> None:
 
 
 def _print_result(result: SearchResult, top: int, explain: bool = False) -> None:
+    from search.result import strategy_label
+
     p = result.problem
     print(f"{p.model.name} on {p.num_gpus} x {p.gpu.name}, global batch {p.global_batch_size} x "
           f"{p.seq_length} tokens, under {p.framework.display_name}")
@@ -432,6 +461,9 @@ def _print_result(result: SearchResult, top: int, explain: bool = False) -> None
 
 
 def _print_plan(plan: BudgetPlan, objective: str) -> None:
+    from search.budget import human_days
+    from search.result import strategy_label
+
     rows = []
     for r in plan.rows:
         best = r.result.best

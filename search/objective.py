@@ -36,10 +36,10 @@ from costmodel.specs.strategy import Strategy
 from costmodel.llm.step import predict_step, throughput
 from costmodel.timing import OperatorTimer
 from search.space import LAYOUT_KNOBS, SearchProblem, StrategySpace, nearest
+from search.choices import OBJECTIVES as OBJECTIVES  # re-exported: defined where flag parsing reads it
 
 INFEASIBLE = math.inf
 """Objective value returned for an infeasible trial (the constraint, not this value, ranks it)."""
-OBJECTIVES = ("time", "pareto")
 CONSTRAINT = "violation"
 """Name of the Optuna constraint every trial sets (system attribute ``constraints:violation``)."""
 

@@ -30,7 +30,6 @@ from costmodel.specs.errors import SpecError, require_int, require_number
 from costmodel.specs.framework import DEFAULT_FRAMEWORK, Framework, get_framework
 from costmodel.specs.gpu import ClusterSpec, GPUSpec
 from costmodel.specs.model import ModelSpec
-from costmodel.comm.placement import scale_up_domain_size
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.layout import pipeline_splits
 from costmodel.specs.strategy import CUDA_GRAPH_SCOPES, MOE_DISPATCHERS, PRECISIONS, RECOMPUTE, ZERO_STAGES, Strategy
@@ -395,6 +394,8 @@ def legal_moe_knobs(problem: SearchProblem, pp: int, vpp: int, ep: int, etp: int
     if not _folds(problem) or ep * etp == 1:
         names = _keep(problem, "moe_token_dispatcher", [default[0]])
         return [(d, default[1], default[2]) for d in names]
+    from costmodel.comm.placement import scale_up_domain_size  # here: costmodel.comm imports numpy (start-up)
+
     names = [default[0]] + [d for d in MOE_DISPATCHERS if d != default[0]]
     if stage_ranks <= scale_up_domain_size(problem.cluster):
         names = [d for d in names if d != "hybridep" or d == default[0]]
@@ -449,6 +450,8 @@ def legal_hsdp_shard_sizes(problem: SearchProblem, tp: int, cp: int, dp: int) ->
     stages = set(fw.hsdp_zero_stages) if restricted else set(fw.hsdp_zero_stages) & {3}
     if not stages & set(_keep(problem, "zero_stage", list(fw.zero_stages))):
         return _keep(problem, "hsdp_shard_size", [0])
+    from costmodel.comm.placement import scale_up_domain_size  # here: costmodel.comm imports numpy (start-up)
+
     domain = scale_up_domain_size(problem.cluster)
     sizes = [cp * d for d in divisors(dp) if d < dp and cp * d >= 2
              and (restricted or (cp * d * tp) % domain == 0)]

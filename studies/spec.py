@@ -46,8 +46,7 @@ from costmodel.specs.model import ModelSpec
 from costmodel.specs.model_source import parse_model
 from costmodel.specs.runspec import MAX_NUM_GPUS
 from costmodel.specs.userfile import read_user_file
-from search.objective import OBJECTIVES
-from search.samplers import SAMPLERS
+from search.choices import OBJECTIVES, SAMPLERS  # light: a study file is checked before the search loads
 from search.space import BOUND_NAMES, KNOBS, MAX_MEMORY_MARGIN, SearchBounds, parse_knob_value
 
 # Llama 3 trained 405B with an initial batch of 4M tokens (Dubey et al. 2024, arXiv:2407.21783, section 3.4.1).
