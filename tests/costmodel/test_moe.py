@@ -319,3 +319,18 @@ def test_dispatch_is_recomputed_where_the_policy_reruns_whole_layers() -> None:
     assert policies["megatron"] == pytest.approx(4 * 2 * comm)
     assert policies["layer"] == pytest.approx(4 * 2.5 * comm) and full == pytest.approx(4 * 3 * comm)
 
+
+
+def test_automodel_runs_its_shared_experts_on_a_side_stream_beside_the_dispatch() -> None:
+    # nemo_automodel/components/moe/layers.py MoE.forward @01926a5c: _shared_experts_stream
+    from costmodel.llm.moe import shared_expert_overlap
+
+    def run(framework: object) -> Any:
+        return run_spec_from_mapping({"model": "deepseek-v3", "seq_length": 4096, "framework": framework,
+                                      "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 64},
+                                      "strategy": {"ep": 64, "dp": 64, "micro_batch_size": 1, "global_batch_size": 64,
+                                                   "zero_stage": 3, "moe_token_dispatcher": "flex"}})
+
+    assert shared_expert_overlap(run("automodel"))
+    assert not shared_expert_overlap(run({"name": "automodel", "moe_shared_expert_overlap": False}))
+    assert not shared_expert_overlap(run("megatron-core"))  # Megatron-Core's default is off
