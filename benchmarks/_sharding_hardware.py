@@ -17,6 +17,8 @@ import math
 import os
 import socket
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +54,8 @@ def _timed(call) -> float:
     return time.perf_counter() - start
 
 
-def _a2a_worker(rank: int, world: int, port: int, sizes: list[int], repeats: int, queue) -> None:
+def _a2a_worker(rank: int, world: int, port: int, sizes: list[int], repeats: int, queue,
+                op: str = "all_to_all") -> None:
     import torch
     import torch.distributed as dist
 
@@ -67,7 +70,10 @@ def _a2a_worker(rank: int, world: int, port: int, sizes: list[int], repeats: int
         for _ in range(repeats + 1):
             dist.barrier()
             start = time.process_time()  # CPU time, as the miniatures are timed (waiting for a core left out)
-            dist.all_to_all_single(recv, send)
+            if op == "all_reduce":
+                dist.all_reduce(send)
+            else:
+                dist.all_to_all_single(recv, send)
             times.append(time.process_time() - start)
         out.append(float(np.min(times[1:])))
     if rank == 0:
@@ -75,15 +81,17 @@ def _a2a_worker(rank: int, world: int, port: int, sizes: list[int], repeats: int
     dist.destroy_process_group()
 
 
-def all_to_all_figures(world: int, small: int = 64 * 1024, large: int = 16 * 1024 * 1024) -> tuple[float, float]:
-    """(latency s, bandwidth bytes/s) of gloo all-to-all among ``world`` local processes."""
+def all_to_all_figures(world: int, small: int = 64 * 1024, large: int = 16 * 1024 * 1024,
+                       op: str = "all_to_all") -> tuple[float, float]:
+    """(latency s, bandwidth bytes/s) of gloo all-to-all (or ``op="all_reduce"``: the buffer's bytes / time,
+    the reduction included) among ``world`` local processes."""
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     queue = mp.get_context("spawn").SimpleQueue()
-    mp.start_processes(_a2a_worker, args=(world, port, [small, large], 5, queue), nprocs=world, join=True,
+    mp.start_processes(_a2a_worker, args=(world, port, [small, large], 5, queue, op), nprocs=world, join=True,
                        start_method="spawn")
     t_small, t_large = queue.get()
     bandwidth = (large - small) / max(t_large - t_small, 1e-9)
@@ -159,10 +167,88 @@ def cpu_host_costs(local: int = 1024, repeats: int = 30):
                      per_pooled_element_s=per_pooled / (2 * local))
 
 
+def cpu_sort_costs(repeats: int = 20):
+    """This CPU's ``costmodel.recsys.cpu_sort.SortCosts``: ``sort`` of random int64 ids on one thread (thread
+    clock, fastest of ``repeats``), at 4096 and 16384 ids for the comparison sort (per ``n log2 n`` step)
+    and at 65536 and 262144 for the radix sort (per id), each regime on its own side of ``RADIX_MIN_IDS``."""
+    import torch
+
+    from costmodel.recsys.cpu_sort import RADIX_MIN_IDS, SortCosts, compare_steps
+
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(0)
+
+    def sort(n: int) -> float:
+        ids = torch.randint(0, 10**6, (n,), generator=gen)
+        return _fastest(lambda: ids.sort(), 1)
+
+    small, large = 4096, 16384
+    assert large < RADIX_MIN_IDS <= 65536
+    t_small, t_large = (min(sort(n) for _ in range(repeats)) for n in (small, large))
+    per_step = max(t_large - t_small, 0.0) / (compare_steps(large) - compare_steps(small))
+    per_radix, _ = _slope(sort, (65536, 262144), repeats)
+    return SortCosts(per_compare_step_s=per_step, per_radix_id_s=per_radix)
+
+
+def cpu_dense_kernel_costs(world: int, repeats: int = 20):
+    """This CPU's ``costmodel.recsys.dense_kernel.DenseKernelCosts``: the primitives of a data-parallel
+    table's step timed alone on one thread (thread clock, fastest of ``repeats``), each at two sizes:
+    ``torch.zeros`` below and above the mmap threshold (per byte; per fresh page), the sort
+    (:func:`cpu_sort_costs`), the dense ``EmbeddingBag`` backward of a 1000-row table at dims 16 and 64
+    less its zero fill and sort (per lookup; per 64-B line scattered), ``weight.add_(grad)`` (per byte),
+    and gloo's all-reduce on ``world`` processes (process CPU time, the miniatures' clock). Not fitted to
+    any miniature's step."""
+    import torch
+
+    from costmodel.recsys.cpu_sort import sort_seconds
+    from costmodel.recsys.dense_kernel import MMAP_THRESHOLD_MAX_BYTES, DenseKernelCosts
+
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(0)
+
+    def zeros(nbytes: int) -> float:
+        return _fastest(lambda: torch.zeros(nbytes // 4), 1)
+
+    def update(nbytes: int) -> float:
+        weight, grad = torch.zeros(nbytes // 4), torch.ones(nbytes // 4)
+        return _fastest(lambda: weight.add_(grad, alpha=-0.01), 1)
+
+    per_byte, _ = _slope(zeros, (2**20, 16 * 2**20), repeats)
+    big = (2 * MMAP_THRESHOLD_MAX_BYTES, 4 * MMAP_THRESHOLD_MAX_BYTES)
+    per_big_byte, _ = _slope(zeros, big, max(3, repeats // 4))
+    per_page = max(per_big_byte - per_byte, 0.0) * 4096
+    sort = cpu_sort_costs(repeats)
+    lookups, rows = 16384, 1000
+
+    def backward(dim: int) -> float:
+        module = torch.nn.EmbeddingBag(rows, dim, mode="sum")
+        ids = torch.randint(0, rows, (lookups,), generator=gen)
+        offsets = torch.arange(0, lookups, 8)
+        grad = torch.randn(lookups // 8, dim, generator=gen)
+        best = math.inf
+        for _ in range(repeats):
+            out = module(ids, offsets)
+            start = time.thread_time_ns()
+            out.backward(grad)
+            best = min(best, (time.thread_time_ns() - start) * 1e-9)
+            module.weight.grad = None
+        return best - sort_seconds(lookups, sort) - rows * dim * 4 * per_byte
+
+    # dim 16 is one 64-B line per gradient row, dim 64 four: the difference is three lines per lookup
+    narrow, wide = backward(16) / lookups, backward(64) / lookups
+    per_line = max(wide - narrow, 0.0) / 3
+    latency, bandwidth = all_to_all_figures(world, op="all_reduce")
+    return DenseKernelCosts(per_zeroed_byte_s=per_byte, per_fresh_page_s=per_page, sort=sort,
+                            per_lookup_s=max(narrow - per_line, 0.0), per_scatter_line_s=per_line,
+                            per_update_byte_s=_slope(update, (2**20, 16 * 2**20), repeats)[0],
+                            all_reduce_latency_s=latency, all_reduce_s_per_byte=1.0 / bandwidth)
+
+
 LOOKUP_DESIGN = {"rows": (3000, 10**4, 3 * 10**4, 10**5, 3 * 10**5), "dims": (8, 16, 32, 64),
-                 "poolings": (1, 4, 16, 40)}
+                 "poolings": (1, 4, 10, 16, 40)}
 """The lookup grid timed on this CPU for the miniatures (their tables: 10^3.5-10^5.5 rows, dim 16-64 split
-column-wise down to 8, pooling 1-40), x the three distributions of ``costmodel.profiling.embedding``."""
+column-wise down to 8, pooling 1-40), x the three distributions of ``costmodel.profiling.embedding``; pooling
+10 (20480 ids at batch 2048) samples the comparison sort's range below ``cpu_sort.RADIX_MIN_IDS``."""
 
 
 def _backward_seconds(point, rng: np.random.Generator, repeats: int = 5) -> float:
@@ -188,33 +274,65 @@ def _backward_seconds(point, rng: np.random.Generator, repeats: int = 5) -> floa
     return best
 
 
-def cpu_lookup_profile(batch: int, rounds: int = 3, seed: int = 0):
-    """This CPU's lookup profile: ``(forward, backward, caches)``, two ``EmbeddingBagPredictor``s fitted on
-    EmbeddingBag forwards and on the miniature's backward + sparse SGD, timed here over
-    :data:`LOOKUP_DESIGN` (``batch`` bags each), and the caches read from sysfs.
+@dataclass(frozen=True)
+class LookupProfile:
+    """This CPU's lookup profile (:func:`cpu_lookup_profile`): ``forward`` (``EmbeddingBagPredictor``),
+    ``backward`` (``SparseBackwardPredictor``), ``caches``, ``held_out`` (the backward's held-out MAPE, %,
+    of ``sparse_backward`` and of ``forward_counts``) and ``backward_forward_counts``, the previous
+    backward model (an ``EmbeddingBagPredictor`` of the forward's counts fitted on the backwards), kept
+    to compare."""
+
+    forward: Any
+    backward: Any
+    caches: Any
+    held_out: dict
+    backward_forward_counts: Any
+
+
+def cpu_lookup_profile(batch: int, rounds: int = 3, seed: int = 0, sort=None) -> LookupProfile:
+    """This CPU's lookup profile: an ``EmbeddingBagPredictor`` fitted on EmbeddingBag forwards, a
+    ``SparseBackwardPredictor`` on the miniature's backward + sparse SGD, both timed here over
+    :data:`LOOKUP_DESIGN` (``batch`` bags each, the fastest of ``rounds`` passes), the caches read from
+    sysfs, and the backward's held-out MAPE (%) of the sort-aware predictor and of the forward-count one
+    it replaces (fitted on a seeded half of the points, scored on the other half).
 
     The forward is the fit ``parplan profile run --ops embedding_bag`` + ``lookup_model_from_profile`` give,
     on the miniatures' table sizes. The backward is measured too because the miniature's (autograd's
     sparse gradient: one gradient row per lookup, sorted and summed, then the update) is not the fused
-    FBGEMM backward the cost model's traffic formula describes. Both miniature cost models and the search
-    get them through ``plan_step_seconds(lookup_model=..., backward_model=..., caches=...)``.
+    FBGEMM backward the cost model's traffic formula describes; its sort is priced with ``sort``
+    (``costmodel.recsys.cpu_sort.SortCosts``, :func:`cpu_sort_costs` when None). Both miniature cost models
+    and the search get them through ``plan_step_seconds(lookup_model=..., backward_model=..., caches=...)``.
     """
     import torch
 
     from costmodel.profiling.embedding import DISTRIBUTIONS, cpu_caches, grid, time_points
     from costmodel.recsys.embedding import CPU_LINE_BYTES, EmbeddingBagPredictor
     from costmodel.recsys.lookup_fit import CPU_NOMINAL_BANDWIDTH, TimedLookup, columns
+    from costmodel.recsys.sparse_backward import SparseBackwardPredictor
 
     points = grid(LOOKUP_DESIGN["rows"], LOOKUP_DESIGN["dims"], LOOKUP_DESIGN["poolings"], batch)
+    measured = time_points(points, rounds=rounds, seed=seed)
+    points = [p for p, _ in measured]  # the points reached (time_points has a deadline)
     timed = [TimedLookup(DISTRIBUTIONS[p.distribution], p.rows, p.dim, p.pooling, p.batch, m.min_s)
-             for p, m in time_points(points, rounds=rounds, seed=seed)]
+             for p, m in measured]
     caches = cpu_caches()
     X = columns(timed, caches, aware=True)
     torch.set_num_threads(1)
     rng = np.random.default_rng(seed)
-    backward = np.array([_backward_seconds(p, rng) for p in points])
+    # the fastest of `rounds` passes, as the forwards: one pass's noise here was ~30% (allocator page faults
+    # come and go, other processes share the L3)
+    backward = np.min([[_backward_seconds(p, rng) for p in points] for _ in range(rounds)], axis=0)
+    sort = sort if sort is not None else cpu_sort_costs()
 
     def predictor():
         return EmbeddingBagPredictor(hbm_bandwidth_bytes_per_s=CPU_NOMINAL_BANDWIDTH, sector=CPU_LINE_BYTES)
 
-    return predictor().fit(X, np.array([t.seconds for t in timed])), predictor().fit(X, backward), caches
+    half = np.random.default_rng(seed).permutation(len(points)) % 2 == 0  # a seeded half, not fitted to the split
+    held_out = {}
+    for name, model in (("sparse_backward", SparseBackwardPredictor(sort, caches.near_bytes)),
+                        ("forward_counts", predictor())):
+        fitted = model.fit(X[half], backward[half])
+        held_out[name] = float(100 * np.mean(np.abs(fitted.predict(X[~half]) / backward[~half] - 1)))
+    return LookupProfile(forward=predictor().fit(X, np.array([t.seconds for t in timed])),
+                         backward=SparseBackwardPredictor(sort, caches.near_bytes).fit(X, backward), caches=caches,
+                         held_out=held_out, backward_forward_counts=predictor().fit(X, backward))

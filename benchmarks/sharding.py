@@ -17,19 +17,24 @@ time mostly measures waiting for a core; the fastest wall-clock step is printed 
 models are given this machine's figures, measured here first (``benchmarks/_sharding_hardware.py``:
 memory bandwidth, the gloo all-to-all latency and bandwidth); parplan's also this CPU's lookup profile
 (forward and the miniature's autograd backward + sparse SGD, fitted on the miniatures' table sizes) and
-the serial schedule the miniature runs, and the host work around the all-to-alls (``costmodel.recsys.host``:
+the serial schedule the miniature runs, the host work around the all-to-alls (``costmodel.recsys.host``:
 packing, row-wise bucketising, splitting, pooled packing, unit costs timed here by
-``_sharding_hardware.cpu_host_costs``; ``--no-host`` leaves it out), and its search prices with that same
-model. Printed per miniature: every plan's shape, measured and predicted times, and per phase (input
+``_sharding_hardware.cpu_host_costs``; ``--no-host`` leaves it out), the data-parallel tables' dense
+gradient (``costmodel.recsys.dense_kernel``: zero fill, sort, scatter, update, gloo all-reduce, timed here by
+``cpu_dense_kernel_costs``; ``--no-dense-kernel`` prices it as bytes instead), and the backward's sort
+(``costmodel.recsys.cpu_sort``, in the ``SparseBackwardPredictor``); its search prices with that same model.
+Printed per miniature: every plan's shape, measured and predicted times, and per phase (input
 all-to-alls, lookups, output all-to-all, gradient all-to-all, backward + update, data-parallel) the
 measured / predicted milliseconds; the noise floor between the halves of the rounds; then how often
 each model's pick is measured best or within 10% of it, and the share of plan pairs each orders as
-measured (Kendall concordance), for parplan's model with and without the host work, and TorchRec's.
+measured (Kendall concordance), for parplan's model, without the host work, without the dense-kernel
+pricing, the previous round's (forward-count backward fit, dense gradient as bytes), and TorchRec's.
 
 Targets (issue 17): parplan's pick measured best or within 10% in >= 85% of miniatures; parplan's plan
 never infeasible where TorchRec's is feasible.
 
-Usage: ``python benchmarks/sharding.py [--problems N] [--miniatures N] [--json] [--skip-miniatures]``
+Usage: ``python benchmarks/sharding.py [--problems N] [--miniatures N] [--json] [--skip-miniatures]
+[--no-host] [--no-dense-kernel]``
 (needs the ``recsys`` extra; not run in CI: minutes).
 """
 
@@ -158,25 +163,36 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- part 2: measured miniatures ---------------------------------------------------------------------
-def miniature_part(count: int, seed: int, host: bool = True) -> dict[str, Any]:
-    from benchmarks._sharding_hardware import cpu_cluster, cpu_host_costs, cpu_lookup_profile
+def miniature_part(count: int, seed: int, host: bool = True, dense_kernel: bool = True) -> dict[str, Any]:
+    from benchmarks._sharding_hardware import (
+        cpu_cluster, cpu_dense_kernel_costs, cpu_host_costs, cpu_lookup_profile, cpu_sort_costs,
+    )
     from benchmarks._sharding_miniature import PHASES, MiniTable, measure_plans
 
     rng = np.random.default_rng(seed + 1000)
-    cluster_of = {}
+    cluster_of, dense_kernel_of = {}, {}
     rows = []
     batch = 2048
-    forward, backward, caches = cpu_lookup_profile(batch)
+    sort = cpu_sort_costs()
+    profile = cpu_lookup_profile(batch, sort=sort)
+    held = profile.held_out
+    print(f"sort unit costs: {sort}; backward + SGD held-out MAPE: sort-aware {held['sparse_backward']:.1f}%, "
+          f"forward counts {held['forward_counts']:.1f}%", flush=True)
     # this CPU's fitted lookup profile; the miniature runs its phases back to back (blocking gloo, no pipeline)
-    cost_model = {"lookup_model": forward, "backward_model": backward, "caches": caches, "pipelined": False}
+    base_model = {"lookup_model": profile.forward, "backward_model": profile.backward, "caches": profile.caches,
+                  "pipelined": False}
     if host:  # the host work around the all-to-alls, its unit costs timed here (costmodel.recsys.host)
-        cost_model["host"] = cpu_host_costs()
-        print(f"host unit costs: {cost_model['host']}", flush=True)
+        base_model["host"] = cpu_host_costs()
+        print(f"host unit costs: {base_model['host']}", flush=True)
     for index in range(count):
         world = 4 if index % 5 == 4 else 2
         if world not in cluster_of:
             cluster_of[world] = cpu_cluster(world)
+            if dense_kernel:  # the data-parallel tables' dense gradient (costmodel.recsys.dense_kernel)
+                dense_kernel_of[world] = cpu_dense_kernel_costs(world)
+                print(f"dense-kernel unit costs ({world} ranks): {dense_kernel_of[world]}", flush=True)
         cluster = cluster_of[world]
+        cost_model = {**base_model, **({"dense_kernel": dense_kernel_of[world]} if dense_kernel else {})}
         n = int(rng.integers(3, 6))
         minis = [MiniTable(f"t{i}", rows=int(10 ** rng.uniform(3.5, 5.5)), dim=int(rng.choice([16, 32, 64])),
                            pooling=int(rng.integers(1, 40)), zipf=float(rng.choice([0.0, 1.05, 1.2])))
@@ -197,6 +213,14 @@ def miniature_part(count: int, seed: int, host: bool = True) -> dict[str, Any]:
             bare = {k: v for k, v in cost_model.items() if k != "host"}
             predicted["parplan_no_host"] = [float(np.max(parplan_rank_seconds(spec, cluster, **bare)(p)))
                                             for p in candidates.values()]
+        if dense_kernel:  # ... without the dense-kernel pricing, and the previous round's whole model (the
+            # forward-count backward fit, the dense gradient as bytes)
+            bare = {k: v for k, v in cost_model.items() if k != "dense_kernel"}
+            predicted["parplan_no_dense_kernel"] = [float(np.max(parplan_rank_seconds(spec, cluster, **bare)(p)))
+                                                    for p in candidates.values()]
+            bare["backward_model"] = profile.backward_forward_counts
+            predicted["parplan_previous"] = [float(np.max(parplan_rank_seconds(spec, cluster, **bare)(p)))
+                                             for p in candidates.values()]
         row = {"miniature": spec.name, "world": world, "tables": n, "plans": list(candidates),
                "measured_s": measured, "measured_wall_s": timing.wall_s, **{f"{k}_s": v for k, v in predicted.items()}}
         best = min(measured)
@@ -226,13 +250,15 @@ def miniature_part(count: int, seed: int, host: bool = True) -> dict[str, Any]:
                        "mean_concordance": float(np.mean([r[f"{model}_concordance"] for r in rows]))}
                for model in predicted}
     summary["noise_floor_pct"] = float(np.mean([r["noise_pct"] for r in rows]))
+    summary["backward_held_out_mape_pct"] = profile.held_out
     return {"miniatures": rows, "summary": summary}
 
 
 def predicted_phases(spec: DLRMSpec, cluster: Any, plan: ShardingPlan, cost_model: dict) -> list[float]:
     """parplan's seconds for each of the miniature's phases (``_sharding_miniature.PHASES``): the
-    collectives, and the busiest rank's lookup forward and backward (the data-parallel tables' dense
-    gradient is in the backward; the last phase is the dense all-reduce). The forward's host work
+    collectives, and the busiest rank's lookup forward and backward (the data-parallel tables' forward is
+    in the forward; the last phase is their dense-kernel backward and update, where priced, and the
+    all-reduce). The forward's host work
     (``costmodel.recsys.host``: packing, bucketising, splitting, pooled packing) is shown with the input
     distribution, the backward's with the backward."""
     from costmodel.recsys.host import host_seconds
@@ -241,7 +267,8 @@ def predicted_phases(spec: DLRMSpec, cluster: Any, plan: ShardingPlan, cost_mode
     step = plan_step_seconds(spec, cluster, plan, **cost_model)
     host_fwd, host_bwd = host_seconds(spec, plan, cost_model["host"]) if "host" in cost_model else ([0.0], [0.0])
     return [step.comm.input_dist + max(host_fwd), max(r.lookup_fwd_s for r in step.ranks), step.comm.output_dist,
-            step.comm.grad_dist, max(r.lookup_bwd_s for r in step.ranks) + max(host_bwd), step.comm.dense_all_reduce]
+            step.comm.grad_dist, max(r.lookup_bwd_s - r.dense_kernel_s for r in step.ranks) + max(host_bwd),
+            max(r.dense_kernel_s for r in step.ranks) + step.comm.dense_all_reduce]
 
 
 def candidate_plans(spec: DLRMSpec, cluster: Any, rank_seconds: Any) -> dict[str, ShardingPlan]:
@@ -281,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-miniatures", action="store_true")
     parser.add_argument("--no-host", action="store_true",
                         help="miniatures: leave the host work around the all-to-alls out of parplan's model")
+    parser.add_argument("--no-dense-kernel", action="store_true",
+                        help="miniatures: price the data-parallel tables' dense gradient as bytes (the previous model)")
     parser.add_argument("--json", action="store_true", help="print the JSON of every figure at the end")
     args = parser.parse_args(argv)
     if not available():
@@ -292,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         out["planning"] = planning_part(args.problems, args.seed, args.trials)
         print(json.dumps(out["planning"]["summary"], indent=1))
     if args.miniatures and not args.skip_miniatures:
-        out["miniatures"] = miniature_part(args.miniatures, args.seed, host=not args.no_host)
+        out["miniatures"] = miniature_part(args.miniatures, args.seed, host=not args.no_host,
+                                           dense_kernel=not args.no_dense_kernel)
         print(json.dumps(out["miniatures"]["summary"], indent=1))
     if args.json:
         print(json.dumps(out, default=float))

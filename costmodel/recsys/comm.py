@@ -48,6 +48,12 @@ class CommTimes:
     dense_all_reduce: float
 
 
+def all_reduce_bytes(spec: DLRMSpec, plan: ShardingPlan, dense_params: int) -> float:
+    """Bytes of the step's gradient all-reduce: the dense parameters and every data-parallel table."""
+    dp_rows = sum(t.rows * t.dim for t in spec.tables if plan[t.name].sharding_type == "data_parallel")
+    return float((dense_params + dp_rows) * GRAD_BYTES)
+
+
 def comm_times(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, dense_params: int) -> CommTimes:
     """The collectives of one step under ``plan`` (all-to-alls timed at the busiest rank's send or receive)."""
     world = plan.world_size
@@ -59,7 +65,6 @@ def comm_times(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, dense_p
     pooled_send = np.zeros(world)
     pooled_recv = np.zeros(world)
     reduce_bytes: dict[tuple[int, ...], float] = {}
-    dp_bytes = 0.0
     for table in spec.tables:
         sharding = plan[table.name]
         kind, ranks = sharding.sharding_type, sharding.ranks
@@ -67,8 +72,7 @@ def comm_times(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, dense_p
         ids_local = bags_local * table.pooling_mean * INDEX_BYTES
         lengths_local = bags_local * LENGTH_BYTES
         pooled_local = bags_local * table.dim * OUTPUT_BYTES
-        if kind == "data_parallel":
-            dp_bytes += table.rows * table.dim * GRAD_BYTES
+        if kind == "data_parallel":  # replicated: its gradient is in the all-reduce
             continue
         k = len(ranks)
         if kind in ("table_wise", "column_wise"):
@@ -104,6 +108,6 @@ def comm_times(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, dense_p
                   for size in (SPLIT_BYTES * world, lengths, ids)) if ids or lengths else 0.0
     a2a_pooled = collective_seconds("all_to_all", pooled, everyone, cluster.gpu) if pooled else 0.0
     # backward: the same volumes in reverse (reduce-scatter's transpose is an all-gather of equal time)
-    all_reduce = collective_seconds("all_reduce", dense_params * GRAD_BYTES + dp_bytes, everyone, cluster.gpu)
+    all_reduce = collective_seconds("all_reduce", all_reduce_bytes(spec, plan, dense_params), everyone, cluster.gpu)
     return CommTimes(input_dist=a2a_ids, output_dist=a2a_pooled + reduce_seconds,
                      grad_dist=a2a_pooled + reduce_seconds, dense_all_reduce=all_reduce)

@@ -261,6 +261,14 @@ class EmbeddingBagPredictor(OperatorPredictor):
     def _make_regressor(self) -> LinearRegression:
         return LinearRegression(positive=True, fit_intercept=False)
 
+    def _shapes(self, X: np.ndarray) -> np.ndarray:
+        """The ``COLUMNS`` of ``X`` (missing ones 1), clipped into [1, 1e12]: kept here, not taken from the
+        predictor base, whose shape handling belongs to its GEMM-style families."""
+        shapes = np.ones((X.shape[0], len(COLUMNS)))
+        width = min(len(COLUMNS), X.shape[1])
+        shapes[:, :width] = X[:, :width]
+        return np.clip(np.abs(shapes), 1.0, 1e12)
+
     def lower_bounds(self) -> np.ndarray:
         """Seconds per unit each fitted cost is bounded below by (0, or the main-memory line's bound)."""
         groups = MERGES[self.parameters]

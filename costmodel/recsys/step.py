@@ -10,6 +10,7 @@ for it, so a slow rank delays all. ``pipelined=False`` runs every phase back to 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -17,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.recsys.comm import CommTimes, comm_times
+from costmodel.recsys.comm import CommTimes, all_reduce_bytes, comm_times
 from costmodel.recsys.dense import DenseTimes, dense_params, dense_times
+from costmodel.recsys.dense_kernel import DenseKernelCosts, dense_backward_seconds
 from costmodel.recsys.embedding import (
     GPU_SECTOR_BYTES,
     CacheLevels,
@@ -61,6 +63,9 @@ class RankTimes:
     unique_rows: float
     host_s: float = 0.0
     """Host work packing and unpacking the embedding all-to-alls (``costmodel.recsys.host``; 0: not modelled)."""
+    dense_kernel_s: float = 0.0
+    """Of ``lookup_bwd_s``, the data-parallel tables' dense-gradient backward and update
+    (``costmodel.recsys.dense_kernel``; 0 where their backward is the bytes-at-efficiency estimate)."""
 
     @property
     def compute_s(self) -> float:
@@ -106,12 +111,14 @@ def table_shards(table: EmbeddingTable, kind: str, ranks: tuple[int, ...], world
 @lru_cache(maxsize=65536)
 def _rank_lookups(shards: tuple[LookupShard, ...], states: tuple[float, ...], dp_rows: tuple[float, ...],
                   caches: CacheLevels, model: Any, bandwidth: float, sector: float,
-                  backward_model: Any = None) -> tuple[float, float, float]:
-    """Forward and backward (+ sparse optimizer) seconds and unique rows of one rank's shards.
+                  backward_model: Any = None, dense_s: tuple[float, ...] = ()) -> tuple[float, float, float, float]:
+    """Forward and backward (+ sparse optimizer) seconds, unique rows, and the dense kernels' part of the
+    backward, of one rank's shards.
 
     The backward is ``backward_model``'s fitted time where there is one (a kernel whose backward is not
     FBGEMM's fused one, e.g. autograd's sparse gradient), else the fused backward's traffic at the
-    forward's efficiency.
+    forward's efficiency. A data-parallel shard's is ``dense_s`` (its priced dense-kernel backward and
+    update) where that is given (not NaN), else the sparse estimate plus its dense bytes at that efficiency.
     """
     columns = lookup_columns(shards, caches)
     fwd = np.asarray(model.predict(columns), dtype=float)
@@ -122,7 +129,10 @@ def _rank_lookups(shards: tuple[LookupShard, ...], states: tuple[float, ...], dp
         bwd = np.asarray(backward_model.predict(columns), dtype=float) + dense
     else:
         bwd = backward_bytes(columns, sector, np.array(states)) / (bandwidth * eff) + dense
-    return float(fwd.sum()), float(bwd.sum()), float(columns[:, 4].sum())
+    priced = np.array(dense_s if dense_s else [np.nan] * len(shards), dtype=float)
+    known = ~np.isnan(priced)
+    bwd = np.where(known, priced, bwd)
+    return float(fwd.sum()), float(bwd.sum()), float(columns[:, 4].sum()), float(priced[known].sum())
 
 
 @lru_cache(maxsize=64)
@@ -138,7 +148,7 @@ def _default_timer(cluster: ClusterSpec) -> OperatorTimer:
 def plan_step_seconds(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, *, lookup_model: Any = None,
                       timer: OperatorTimer | None = None, pipelined: bool = True,
                       caches: CacheLevels | None = None, backward_model: Any = None,
-                      host: HostCosts | None = None) -> StepBreakdown:
+                      host: HostCosts | None = None, dense_kernel: DenseKernelCosts | None = None) -> StepBreakdown:
     """Per-rank times and the step time of ``spec`` trained on ``cluster`` with ``plan``.
 
     Parameters
@@ -161,6 +171,11 @@ def plan_step_seconds(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, 
         Unit costs of the host work around the embedding all-to-alls (packing, bucketising, unpacking;
         measured on a CPU), on each rank's compute stream before its lookups and after its backward;
         not modelled when None (a GPU's kernels for it are inside the collective model's latency).
+    dense_kernel : DenseKernelCosts, optional
+        Unit costs of the data-parallel tables' dense-gradient backward, update and gradient all-reduce
+        on a CPU (``costmodel.recsys.dense_kernel``, measured); when given they price those tables'
+        backward and the step's all-reduce (instead of the collective model's); when None the dense
+        gradient is its bytes at the lookups' efficiency.
 
     Raises
     ------
@@ -184,28 +199,33 @@ def plan_step_seconds(spec: DLRMSpec, cluster: ClusterSpec, plan: ShardingPlan, 
                                           bandwidth=cluster.gpu.hbm_bandwidth_bytes_per_s / 1e9))
     bandwidth = float(getattr(lookup_model, "hbm_bandwidth_bytes_per_s", cluster.gpu.hbm_bandwidth_bytes_per_s))
     sector = float(getattr(lookup_model, "sector", GPU_SECTOR_BYTES))
-    per_rank: list[list[tuple[LookupShard, float, float]]] = [[] for _ in range(world)]
+    per_rank: list[list[tuple[LookupShard, float, float, float]]] = [[] for _ in range(world)]
     for table in spec.tables:
         sharding = plan[table.name]
         state = optimizer_state_bytes_per_row(table.optimizer, table.dim)
         for rank, shard in table_shards(table, sharding.sharding_type, sharding.ranks, world, spec.batch_size):
-            dense_grad = 0.0
+            dense_grad, priced = 0.0, math.nan
             if sharding.sharding_type == "data_parallel":  # zero + write the dense grad, step every row
                 dense_grad = shard.rows * (2 * table.dim * 4 + 2 * (shard.row_bytes + state))
-            per_rank[rank].append((shard, state, dense_grad))
+                if dense_kernel is not None:
+                    priced = dense_backward_seconds(table.rows, table.dim, shard.lookups, dense_kernel)
+            per_rank[rank].append((shard, state, dense_grad, priced))
     lookups = []
     for entries in per_rank:
         if not entries:
-            lookups.append((0.0, 0.0, 0.0))
+            lookups.append((0.0, 0.0, 0.0, 0.0))
             continue
-        shards, states, dp_rows = zip(*entries)
+        shards, states, dp_rows, priced = zip(*entries)
         lookups.append(_rank_lookups(tuple(shards), tuple(states), tuple(dp_rows), caches, lookup_model,
-                                     bandwidth, sector, backward_model))
+                                     bandwidth, sector, backward_model, tuple(priced)))
     dense = _dense(spec, spec.batch_size // world, timer or _default_timer(cluster))
     notes += dense.notes
     comm = comm_times(spec, cluster, plan, dense_params(spec))
+    if dense_kernel is not None:  # the measured (gloo, CPU) all-reduce of the dense and data-parallel gradients
+        comm = dataclasses.replace(comm, dense_all_reduce=dense_kernel.all_reduce_seconds(
+            all_reduce_bytes(spec, plan, dense_params(spec))))
     host_fwd, host_bwd = host_seconds(spec, plan, host) if host is not None else (np.zeros(world), np.zeros(world))
-    ranks = _schedule(lookups, dense, comm, pipelined, [sum(s.lookups for s, _, _ in e) for e in per_rank],
+    ranks = _schedule(lookups, dense, comm, pipelined, [sum(e[0].lookups for e in entries) for entries in per_rank],
                       host_fwd, host_bwd)
     return StepBreakdown(step_s=max(r.total_s for r in ranks), ranks=ranks, comm=comm, pipelined=pipelined,
                          notes=tuple(notes))
@@ -218,12 +238,12 @@ def _dense(spec: DLRMSpec, local_batch: int, timer: OperatorTimer) -> DenseTimes
     return timer.stage_memo[key]
 
 
-def _schedule(lookups: list[tuple[float, float, float]], dense: DenseTimes, comm: CommTimes, pipelined: bool,
+def _schedule(lookups: list[tuple[float, float, float, float]], dense: DenseTimes, comm: CommTimes, pipelined: bool,
               lookup_counts: list[float], host_fwd: np.ndarray, host_bwd: np.ndarray) -> tuple[RankTimes, ...]:
     """Each rank's end time on the two-stream schedule (module docstring); the host work of the input and
     output distribution runs on the compute stream with the lookups, that of the gradients with the backward."""
-    fwd = np.array([f for f, _, _ in lookups]) + host_fwd
-    bwd = np.array([b for _, b, _ in lookups]) + host_bwd
+    fwd = np.array([lookup[0] for lookup in lookups]) + host_fwd
+    bwd = np.array([lookup[1] for lookup in lookups]) + host_bwd
     host = host_fwd + host_bwd
     top = dense.top_fwd + dense.top_bwd
     if not pipelined:
@@ -246,9 +266,9 @@ def _schedule(lookups: list[tuple[float, float, float]], dense: DenseTimes, comm
                        float(host[r])) for r in range(len(lookups)))
 
 
-def _rank(rank: int, lookup: tuple[float, float, float], dense: DenseTimes, total: float, exposed: float,
+def _rank(rank: int, lookup: tuple[float, float, float, float], dense: DenseTimes, total: float, exposed: float,
           count: float, host: float) -> RankTimes:
     return RankTimes(rank=rank, lookup_fwd_s=lookup[0], lookup_bwd_s=lookup[1],
                      dense_fwd_s=dense.bottom_fwd + dense.top_fwd, dense_bwd_s=dense.bottom_bwd + dense.top_bwd,
                      dense_optimizer_s=dense.optimizer, exposed_comm_s=max(0.0, exposed), total_s=total,
-                     lookups=count, unique_rows=lookup[2], host_s=host)
+                     lookups=count, unique_rows=lookup[2], host_s=host, dense_kernel_s=lookup[3])
