@@ -1,0 +1,42 @@
+"""benchmarks/recipes.py prices a recipe at the fastest fitting completion of the knobs its row leaves unstated."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _recipes():
+    spec = importlib.util.spec_from_file_location("recipes_bench_tuned", ROOT / "benchmarks" / "recipes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _row(recipes, row_id: str):
+    entry = next(e for e in recipes.load_validation_set(recipes.PUBLIC) if e["id"] == row_id)
+    run = recipes.run_spec_from_mapping(recipes._with_row_framework(entry), recipes.PUBLIC.parent)
+    return entry, run, recipes.Evaluator(recipes.problem_for(run))
+
+
+def test_unstated_knobs_take_the_fastest_fitting_values_and_stated_ones_stay():
+    recipes = _recipes()
+    entry, run, evaluator = _row(recipes, "megatron-core-r080-h100-32b")
+    strategy, changes = recipes.tuned_completion(run, entry["unstated"], evaluator)
+    assert set(changes) <= {"micro_batch_size", "recompute"}
+    tuned = evaluator.evaluate(strategy)
+    written = evaluator.evaluate(run.strategy)
+    assert tuned.feasible and tuned.step_time_s <= written.step_time_s
+    for knob in ("tp", "pp", "dp", "cp", "global_batch_size", "zero_stage"):
+        assert getattr(strategy, knob) == getattr(run.strategy, knob)
+
+
+def test_a_row_without_unstated_knobs_is_priced_as_written():
+    recipes = _recipes()
+    entry = next(e for e in recipes.load_validation_set(recipes.PUBLIC)
+                 if recipes.is_recipe(e) and not e.get("unstated"))
+    run = recipes.run_spec_from_mapping(recipes._with_row_framework(entry), recipes.PUBLIC.parent)
+    strategy, changes = recipes.tuned_completion(run, [], recipes.Evaluator(recipes.problem_for(run)))
+    assert strategy == run.strategy and changes == {}
