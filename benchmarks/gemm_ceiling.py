@@ -51,7 +51,7 @@ def learning_curve(fitted: FittedProfile) -> list[dict[str, Any]]:
     """Held-out MAPE (all shapes and >= 1 GFLOP) at each training fraction."""
     X, latency = fitted.shapes(FAMILY)
     outlier = grid_outliers(X, latency, OUTLIER_FACTOR)
-    base = fitted.predictor(FAMILY)
+    base = fitted.estimator(FAMILY)  # the scikit-learn estimator, to clone and refit
     recipe = dict(fitted.profile.fit_sampling)
     rows = []
     for fraction in FRACTIONS:

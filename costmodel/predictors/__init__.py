@@ -1,7 +1,8 @@
 """Operator predictors: scikit-learn estimators fitted on a light sample of a profile's timings.
 
-Names are imported on first use (``costmodel.lazy``): the cost model's import
-does not pay for scikit-learn until a predictor is fitted or loaded.
+Names are imported on first use (``costmodel.lazy``): scikit-learn is imported
+only to fit; fitted predictors are compiled to numpy arrays
+(``CompiledPredictor``), which is what predictions and the cache use.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from costmodel.predictors._base import OperatorPredictor
     from costmodel.predictors._cache import cache_dir
     from costmodel.predictors._collective import CollectivePredictor
+    from costmodel.predictors._compiled import CompiledPredictor, compile_predictor
     from costmodel.predictors._fitted import (
         CODE_VERSION,
         FITTED_DIR,
@@ -36,6 +38,7 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     "costmodel.predictors._base": ("OperatorPredictor",),
     "costmodel.predictors._cache": ("cache_dir",),
     "costmodel.predictors._collective": ("CollectivePredictor",),
+    "costmodel.predictors._compiled": ("CompiledPredictor", "compile_predictor"),
     "costmodel.predictors._fitted": ("CODE_VERSION", "FITTED_DIR", "FittedProfile", "device_gpu", "fit_profile",
                                      "fitted_profile", "forget_fitted", "store_fitted"),
     "costmodel.predictors._gemm": ("GemmPredictor",),

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
-import numpy as np
 from sklearn.ensemble import HistGradientBoostingRegressor
 
-from costmodel.predictors._base import OperatorPredictor, log_waves
-
-# Query-block sizes of FlashAttention-2/3 forward kernels: one thread block per
-# (batch, head, query block), so b * h * ceil(s / block) blocks fill the SMs in waves.
-_QUERY_BLOCKS: Final = (64, 128)
+from costmodel.predictors._base import OperatorPredictor
+from costmodel.predictors._features import FAMILIES
 
 
 class AttentionPredictor(OperatorPredictor):
@@ -34,7 +30,8 @@ class AttentionPredictor(OperatorPredictor):
         Passed to the regressor.
     """
 
-    shape_columns: ClassVar[tuple[str, ...]] = ("batch", "seq", "heads", "kv_heads", "head_dim")
+    kind: ClassVar[str] = "attention"
+    shape_columns: ClassVar[tuple[str, ...]] = FAMILIES["attention"].shape_columns
 
     def __init__(self, peak_flops: float = 989.4e12, hbm_bandwidth_bytes_per_s: float = 3350e9,
                  num_sms: int = 132, max_iter: int = 200, learning_rate: float = 0.1,
@@ -46,22 +43,6 @@ class AttentionPredictor(OperatorPredictor):
         self.learning_rate = learning_rate
         self.max_leaf_nodes = max_leaf_nodes
         self.random_state = random_state
-
-    def _physics(self, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        batch, seq, heads, kv_heads, head_dim = shapes.T
-        log_flops = (np.log(2.0) + np.log(batch) + np.log(heads) + 2.0 * np.log(seq) + np.log(head_dim))
-        log_bytes = np.log(2.0 * batch * seq * head_dim * (2.0 * heads + 2.0 * kv_heads))
-        log_compute = log_flops - np.log(self.peak_flops)
-        log_memory = log_bytes - np.log(self.hbm_bandwidth_bytes_per_s)
-        log_roofline = np.maximum(log_compute, log_memory)
-        columns = [np.log(batch), np.log(seq), np.log(heads), np.log(kv_heads), np.log(head_dim),
-                   np.log(heads) - np.log(kv_heads), np.log(batch) + np.log(seq), log_flops, log_bytes,
-                   log_flops - log_bytes, log_roofline]
-        for block in _QUERY_BLOCKS:
-            blocks = np.ceil(seq / block)
-            columns.extend(log_waves(batch * heads * blocks, self.num_sms))
-            columns.append(seq / (blocks * block))
-        return np.column_stack(columns), log_roofline
 
     def _make_regressor(self) -> HistGradientBoostingRegressor:
         return HistGradientBoostingRegressor(max_iter=self.max_iter, learning_rate=self.learning_rate,

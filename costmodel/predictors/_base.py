@@ -11,10 +11,8 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import ThreadpoolController
 
-# Shapes are clipped into [1, 1e12] so that products of three of them (FLOPs) stay finite;
-# no operator of a real model comes near either bound.
-_MIN_SIZE: Final = 1.0
-_MAX_SIZE: Final = 1e12
+from costmodel.predictors._features import FAMILIES, design, log_roofline_s
+
 # Latencies below this (seconds) are treated as this, so that any target is finite.
 _MIN_LATENCY_S: Final = 1e-12
 # The fixed per-call cost is estimated as this quantile of the training latencies.
@@ -59,26 +57,15 @@ class OperatorPredictor(RegressorMixin, BaseEstimator, ABC):
       estimator on any 2-D input; ``FittedProfile`` always passes exactly the
       shape columns.
 
-    Implementations provide ``shape_columns``, ``_physics`` (features and log
-    roofline time of clipped shapes) and ``_make_regressor``.
+    Implementations provide ``kind``, a family of ``_features.FAMILIES``
+    (its shape columns, its feature function and the device figures it takes,
+    which must be constructor parameters of the same names; sklearn-free, so
+    that a compiled predictor computes the same features), and
+    ``_make_regressor``.
     """
 
+    kind: ClassVar[str] = ""
     shape_columns: ClassVar[tuple[str, ...]] = ()
-
-    @abstractmethod
-    def _physics(self, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Physics features and the natural log of the roofline time (s).
-
-        Parameters
-        ----------
-        shapes : ndarray of shape (n_samples, len(shape_columns))
-            Positive shape columns, clipped to ``[1, 1e12]``.
-
-        Returns
-        -------
-        features : ndarray of shape (n_samples, n_physics_features)
-        log_roofline_s : ndarray of shape (n_samples,)
-        """
 
     @abstractmethod
     def _make_regressor(self) -> Any:
@@ -128,22 +115,15 @@ class OperatorPredictor(RegressorMixin, BaseEstimator, ABC):
 
     def roofline_s(self, X: ArrayLike) -> np.ndarray:
         """Roofline time (s) of the shapes in ``X``, without the fixed overhead."""
-        _, log_roofline = self._physics(self._shapes(np.asarray(X, dtype=np.float64)))
-        return np.exp(log_roofline)
+        return np.exp(log_roofline_s(self.kind, self.physics_params(), np.asarray(X, dtype=np.float64)))
+
+    def physics_params(self) -> dict[str, Any]:
+        """The device figures the family's features take (``FAMILIES[kind].params``), by name."""
+        return {name: getattr(self, name) for name in FAMILIES[self.kind].params}
 
     def _design(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Regressor input and the log of the efficiency's reference time."""
-        features, log_roofline = self._physics(self._shapes(X))
-        log_base = np.logaddexp(log_roofline, np.log(self.overhead_s_))
-        extra = X[:, len(self.shape_columns):]
-        return np.column_stack([features, log_base, extra]), log_base
-
-    def _shapes(self, X: np.ndarray) -> np.ndarray:
-        count = len(self.shape_columns)
-        shapes = np.ones((X.shape[0], count))
-        width = min(count, X.shape[1])
-        shapes[:, :width] = X[:, :width]
-        return np.clip(np.abs(shapes), _MIN_SIZE, _MAX_SIZE)
+        return design(self.kind, self.physics_params(), self.overhead_s_, X)
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -152,20 +132,3 @@ class OperatorPredictor(RegressorMixin, BaseEstimator, ABC):
         tags.regressor_tags.poor_score = True
         return tags
 
-
-def log_waves(work_items: np.ndarray, num_sms: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Wave quantisation of ``work_items`` thread blocks on ``num_sms`` SMs.
-
-    Returns
-    -------
-    log_waves : ndarray
-        Natural log of ``work_items / num_sms``.
-    quantisation : ndarray
-        ``ceil(waves) / waves`` (>= 1): the time lost to the partly filled last wave.
-    last_wave_fill : ndarray
-        Fraction of SMs busy in the last wave, in (0, 1].
-    """
-    waves = work_items / max(float(num_sms), 1.0)
-    full = np.ceil(waves)
-    fill = 1.0 - (full - waves)
-    return np.log(waves), full / waves, fill

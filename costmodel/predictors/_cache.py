@@ -1,59 +1,50 @@
-"""On-disk cache of fitted predictors: pickles signed with a per-user secret, in a private directory.
+"""On-disk cache of fitted predictors and other derived arrays: data only, in a private directory.
 
-Trusted: only a pickle that this user's parplan wrote, in a directory that only
-this user can write. The directory is ``<cache dir>/predictors``, where the
-cache dir is ``$PARPLAN_CACHE_DIR``, else ``$XDG_CACHE_HOME/parplan``, else
+Each entry is one ``<key>.npz`` of numeric arrays plus JSON metadata, read with
+``allow_pickle=False``: a cache file can hold wrong numbers at worst, never
+code, so nothing here is ever unpickled. Wrong numbers are still kept out: the
+directory is ``<cache dir>/predictors``, where the cache dir is
+``$PARPLAN_CACHE_DIR``, else ``$XDG_CACHE_HOME/parplan``, else
 ``~/.cache/parplan``; parplan creates it with mode 0700. On every load and
 store it must be a real directory (not a symlink), owned by the current uid
 and neither group- nor world-writable; otherwise the cache is not used at all
 (nothing read, nothing written, the predictors are refitted) and a
-``ParplanWarning`` says why. Each ``<key>.joblib`` file holds a tag line, the
-HMAC-SHA256 of the key and the payload under a 32-byte secret kept in
-``predictors/hmac.key`` (mode 0600, owner and mode checked likewise), and the
-joblib payload. A file whose HMAC does not match is never unpickled: anyone
-who could write one without the secret cannot make parplan run it.
+``ParplanWarning`` says why. Each file records its key, so that an entry moved
+under another key's name is not read.
 
-Not trusted, never unpickled: anything else. No function here takes another
-directory, and a profile directory's ``fitted/`` folder (which a team may share)
-holds data only (``costmodel.predictors._fitted``). Files are written under
-temporary names and moved into place with ``os.replace``: a reader racing a
-writer sees the old file or the new one.
+No function here takes another directory, and a profile directory's
+``fitted/`` folder (which a team may share) is never read
+(``costmodel.predictors._fitted``). Files are written under temporary names and
+moved into place with ``os.replace``: a reader racing a writer sees the old
+file or the new one. (Earlier versions kept HMAC-signed joblib pickles here as
+``<key>.joblib``; they are ignored.)
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import io
 import json
 import os
 import re
-import secrets
 import stat
 import tempfile
 import warnings
-from pathlib import Path
+import zipfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Final
 
-import joblib
 import numpy as np
 
 from costmodel.specs.notices import ParplanWarning
 
-__all__ = ["cache_dir", "load", "load_arrays", "store", "store_arrays"]
+__all__ = ["cache_dir", "load_arrays", "store_arrays"]
 
-_SUFFIX: Final = ".joblib"
 _ARRAYS_SUFFIX: Final = ".npz"
 _META: Final = "__meta__"  # the JSON metadata, stored as a uint8 array beside the data arrays
-_TAG: Final = b"parplan predictors hmac-sha256 v1\n"
-_DIGEST_BYTES: Final = hashlib.sha256().digest_size
-_SECRET_FILE: Final = "hmac.key"
-_SECRET_BYTES: Final = 32
 _KEY_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]+")
-# Bits that let someone else write (the directory) or read (the secret).
+# Bits that let someone else write the directory.
 _OTHERS_WRITE: Final = stat.S_IWGRP | stat.S_IWOTH
-_OTHERS_ANY: Final = stat.S_IRWXG | stat.S_IRWXO
 
 
 def cache_dir() -> Path:
@@ -64,36 +55,6 @@ def cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg) if xdg else Path.home() / ".cache"
     return base / "parplan" / "predictors"
-
-
-def load(key: str) -> Any | None:
-    """The cached object of ``key``; None when absent, unsigned, tampered with, or the directory is not private."""
-    directory = _private_dir(create=False)
-    secret = None if directory is None else _secret(directory, create=False)
-    if directory is None or secret is None:
-        return None
-    blob = _read(directory / _file_name(key))
-    if blob is None or not blob.startswith(_TAG):
-        return None
-    tag, payload = blob[len(_TAG):len(_TAG) + _DIGEST_BYTES], blob[len(_TAG) + _DIGEST_BYTES:]
-    if not hmac.compare_digest(tag, _mac(secret, key, payload)):
-        return None
-    # Unpickle the very bytes that were checked, not the file again (it may have been replaced since).
-    return joblib.load(io.BytesIO(payload))
-
-
-def store(key: str, value: Any) -> Path | None:
-    """Write ``value`` under ``key``, signed, atomically; return the file, or None when the cache is not private."""
-    directory = _private_dir(create=True)
-    secret = None if directory is None else _secret(directory, create=True)
-    if directory is None or secret is None:
-        return None
-    buffer = io.BytesIO()
-    joblib.dump(value, buffer, compress=3)
-    payload = buffer.getvalue()
-    target = directory / _file_name(key)
-    _write_new(target, _TAG + _mac(secret, key, payload) + payload, replace=True)
-    return target
 
 
 def load_arrays(key: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
@@ -112,7 +73,7 @@ def load_arrays(key: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None
         with np.load(io.BytesIO(blob), allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
         meta = json.loads(arrays.pop(_META).tobytes().decode())
-    except (OSError, ValueError, KeyError, EOFError, UnicodeDecodeError):
+    except (OSError, ValueError, KeyError, EOFError, UnicodeDecodeError, zipfile.BadZipFile):
         return None
     if not isinstance(meta, dict) or meta.get("key") != key:
         return None
@@ -136,19 +97,14 @@ def store_arrays(key: str, arrays: Mapping[str, np.ndarray], meta: Mapping[str, 
     buffer = io.BytesIO()
     np.savez(buffer, allow_pickle=False, **values, **{_META: header})
     target = directory / _file_name(key, _ARRAYS_SUFFIX)
-    _write_new(target, buffer.getvalue(), replace=True)
+    _write_new(target, buffer.getvalue())
     return target
 
 
-def _file_name(key: str, suffix: str = _SUFFIX) -> str:
+def _file_name(key: str, suffix: str) -> str:
     if not _KEY_PATTERN.fullmatch(key):
         raise ValueError(f"cache key {key[:80]!r} is not file-name safe")
     return key + suffix
-
-
-def _mac(secret: bytes, key: str, payload: bytes) -> bytes:
-    # The key is signed too, so that a payload cannot be moved under another key's name.
-    return hmac.new(secret, key.encode() + b"\0" + payload, hashlib.sha256).digest()
 
 
 def _private_dir(create: bool) -> Path | None:
@@ -172,34 +128,6 @@ def _private_dir(create: bool) -> Path | None:
     return directory
 
 
-def _secret(directory: Path, create: bool) -> bytes | None:
-    """This user's HMAC secret (made when asked and absent), or None when missing or not private."""
-    path = directory / _SECRET_FILE
-    if create and not os.path.lexists(path):
-        # Written whole under a temporary name, then linked into place: a racing writer's
-        # link fails and both use the first secret; no reader sees a partial one.
-        temporary = _write_new(path, secrets.token_bytes(_SECRET_BYTES), replace=False)
-        try:
-            os.link(temporary, path)
-        except FileExistsError:
-            pass
-        except OSError:
-            return None
-        finally:
-            temporary.unlink(missing_ok=True)
-    try:
-        handle = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return None
-    with os.fdopen(handle, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not (stat.S_ISREG(info.st_mode) and _owned(info) and not info.st_mode & _OTHERS_ANY):
-            _warn(path, "a file you own that only you can read (chmod 600)")
-            return None
-        secret = file.read(_SECRET_BYTES + 1)
-    return secret if len(secret) == _SECRET_BYTES else None
-
-
 def _owned(info: os.stat_result) -> bool:
     getuid = getattr(os, "getuid", None)  # no uids (Windows): nothing can be shown private, so no cache
     return getuid is not None and info.st_uid == getuid()
@@ -216,19 +144,17 @@ def _read(path: Path) -> bytes | None:
         return file.read()
 
 
-def _write_new(target: Path, data: bytes, replace: bool) -> Path:
-    """Write ``data`` to a fresh private file beside ``target``; move it over ``target`` if ``replace``."""
+def _write_new(target: Path, data: bytes) -> None:
+    """Write ``data`` to a fresh private file beside ``target`` and move it over ``target``."""
     handle, name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)  # mode 0600
     temporary = Path(name)
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(data)
-        if replace:
-            os.replace(temporary, target)
+        os.replace(temporary, target)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    return temporary
 
 
 def _warn(path: Path, allowed: str) -> None:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numpy as np
 from sklearn.ensemble import ExtraTreesRegressor
 
 from costmodel.predictors._base import OperatorPredictor
-from costmodel.predictors._physics import bus_factor, check_op, ring_steps
+from costmodel.predictors._features import FAMILIES
 
 
 class CollectivePredictor(OperatorPredictor):
@@ -39,7 +38,8 @@ class CollectivePredictor(OperatorPredictor):
         Passed to the regressor.
     """
 
-    shape_columns: ClassVar[tuple[str, ...]] = ("num_gpus", "message_bytes")
+    kind: ClassVar[str] = "collective"
+    shape_columns: ClassVar[tuple[str, ...]] = FAMILIES["collective"].shape_columns
 
     def __init__(self, op: str = "all_reduce", link_bandwidth_bytes_per_s: float = 450e9,
                  link_latency_s: float = 3.4e-6, n_estimators: int = 100, random_state: Any = None) -> None:
@@ -48,18 +48,6 @@ class CollectivePredictor(OperatorPredictor):
         self.link_latency_s = link_latency_s
         self.n_estimators = n_estimators
         self.random_state = random_state
-
-    def _physics(self, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        op = check_op(self.op)
-        # One GPU moves nothing; counting it as two keeps every logarithm finite.
-        num_gpus = np.maximum(shapes[:, 0], 2.0)
-        size = shapes[:, 1]
-        # A zero link latency would make the regime ratio infinite; a picosecond floor keeps it finite.
-        latency_term = np.maximum(ring_steps(op, num_gpus) * self.link_latency_s, 1e-12)
-        bandwidth_term = bus_factor(op, num_gpus) * size / self.link_bandwidth_bytes_per_s
-        log_roofline = np.log(latency_term + bandwidth_term)
-        columns = [np.log(size), np.log(num_gpus), log_roofline, np.log(bandwidth_term) - np.log(latency_term)]
-        return np.column_stack(columns), log_roofline
 
     def _make_regressor(self) -> ExtraTreesRegressor:
         return ExtraTreesRegressor(n_estimators=self.n_estimators, random_state=self.random_state)

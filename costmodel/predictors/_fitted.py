@@ -1,31 +1,29 @@
 """All fitted predictors of one profile for one GPU, with range checks, held-out scores and a disk cache.
 
-Nothing is unpickled from a profile directory: fitted predictors are read only
-from this user's private, signed cache (``costmodel.predictors._cache``), and
-otherwise refitted from the profile's tables (a fraction of a second per family
-on a user profile's few hundred rows).
+Fitting uses scikit-learn; predicting does not: each fitted estimator is
+compiled to numpy arrays (``_compiled.py``), and those arrays, not pickles, are
+what the user's private cache holds (``costmodel.predictors._cache``, data
+only). Nothing is read from a profile directory but its tables and metadata;
+a miss refits from the tables (a fraction of a second per family on a user
+profile's few hundred rows).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
-import sklearn
 from numpy.typing import ArrayLike
 
 from costmodel.predictors import _cache
-from costmodel.predictors._attention import AttentionPredictor
-from costmodel.predictors._base import OperatorPredictor
-from costmodel.predictors._collective import CollectivePredictor
-from costmodel.predictors._gemm import GemmPredictor
-from costmodel.predictors._memory import MemoryPredictor
+from costmodel.predictors._compiled import CompiledPredictor, compile_predictor
 from costmodel.predictors._physics import check_op
 from costmodel.predictors._range import RANGE_MARGIN
 from costmodel.predictors._sampling import grid_outliers, light_sample
@@ -34,11 +32,15 @@ from costmodel.profiles.profile import COLLECTIVE_OPS, Profile
 from costmodel.specs.errors import SpecError
 from costmodel.specs.gpu import GPUSpec
 
+if TYPE_CHECKING:
+    from costmodel.predictors._base import OperatorPredictor
+
 __all__ = ["CODE_VERSION", "FITTED_DIR", "RANGE_MARGIN", "FittedProfile", "device_gpu", "fit_profile",
            "fitted_profile", "forget_fitted", "store_fitted"]
 
-# Bump when features, regressors, the sampling code or the payload change: it is part of the cache key.
-CODE_VERSION: Final = "3"
+# Bump when features, regressors (their default settings included), the sampling code or the stored
+# arrays change: it is part of the cache key.
+CODE_VERSION: Final = "4"
 # Where ``parplan profile fit`` writes its held-out report (data only), inside the profile's directory.
 FITTED_DIR: Final = "fitted"
 _GEMM_DTYPES: Final = {"bf16": ("gemm_bf16", 2.0), "fp16": ("gemm_fp16", 2.0), "fp8": ("gemm_fp8", 1.0)}
@@ -46,7 +48,8 @@ _ATTENTION_COLUMNS: Final = ("batch", "seq_len", "num_heads", "num_kv_heads", "h
 _ATTENTION_TABLES: Final = ("attention_fwd", "attention_bwd")
 _COLLECTIVE_COLUMNS: Final = ("num_gpus", "message_bytes")
 _SEED: Final = 0
-_PAYLOAD_KEYS: Final = frozenset({"key", "predictors", "train_rows", "dropped_rows", "fit_seconds", "scores"})
+# Cache keys of fitted profiles start with this (the data-only store holds other kinds of entries too).
+_KEY_PREFIX: Final = "fitted"
 _MEMO: dict[str, FittedProfile] = {}
 
 
@@ -57,7 +60,19 @@ class _Family:
     table: str
     columns: tuple[str, ...]
     where: tuple[tuple[str, Any], ...]  # (column, value) pairs selecting its rows, e.g. (("op", "all_reduce"),)
-    predictor: OperatorPredictor
+    kind: str  # gemm, attention, memory or collective (``_features.FAMILIES``)
+    params: dict[str, Any]  # the estimator's constructor arguments
+
+    def estimator(self) -> OperatorPredictor:
+        """A fresh, unfitted estimator of this family (imports scikit-learn)."""
+        from costmodel.predictors._attention import AttentionPredictor
+        from costmodel.predictors._collective import CollectivePredictor
+        from costmodel.predictors._gemm import GemmPredictor
+        from costmodel.predictors._memory import MemoryPredictor
+
+        classes = {"gemm": GemmPredictor, "attention": AttentionPredictor, "memory": MemoryPredictor,
+                   "collective": CollectivePredictor}
+        return classes[self.kind](**self.params)
 
     def rows(self, profile: Profile) -> np.ndarray:
         table = profile.tables[self.table]
@@ -89,14 +104,16 @@ class FittedProfile:
     ``use_worse_fits: true`` uses every fit.
     """
 
-    def __init__(self, profile: Profile, gpu: GPUSpec, predictors: dict[str, OperatorPredictor],
+    def __init__(self, profile: Profile, gpu: GPUSpec, predictors: dict[str, CompiledPredictor],
                  train_rows: dict[str, np.ndarray], fit_seconds: dict[str, float],
                  dropped_rows: dict[str, np.ndarray] | None = None,
-                 scores: dict[str, FamilyError] | None = None) -> None:
+                 scores: dict[str, FamilyError] | None = None,
+                 estimators: dict[str, OperatorPredictor] | None = None) -> None:
         self.profile = profile
         self.gpu = gpu = device_gpu(profile, gpu)
         self._layout = _family_layout(profile, gpu)
         self._predictors = dict(predictors)
+        self._estimators = dict(estimators or {})
         self._train_rows = dict(train_rows)
         self._dropped_rows = dict(dropped_rows or {})
         self.fit_seconds = dict(fit_seconds)
@@ -127,9 +144,24 @@ class FittedProfile:
             f"{100 * (self.scores[family].roofline_mape or 0.0):.1f}%: not used, its operators take the analytic "
             f"fall-back (use_worse_fits: true in metadata.yaml uses it)" for family in self.unused)
 
-    def predictor(self, family: str) -> OperatorPredictor:
-        """The fitted estimator of ``family`` (used or not)."""
+    def predictor(self, family: str) -> CompiledPredictor:
+        """The fitted predictor of ``family`` (used or not), in the numpy form every prediction goes through."""
         return self._predictors[self._known(family)]
+
+    def estimator(self, family: str) -> OperatorPredictor:
+        """The fitted scikit-learn estimator of ``family``, for re-fitting studies (``clone``, ``set_params``).
+
+        Raises
+        ------
+        KeyError
+            If this profile was loaded from the cache, which keeps only the compiled
+            form; :func:`fit_profile` fits afresh.
+        """
+        family = self._known(family)
+        if family not in self._estimators:
+            raise KeyError(f"profile {self.profile.name!r}: the {family} estimator was not fitted in this process "
+                           f"(the cache keeps the compiled predictor only); fit_profile() refits it")
+        return self._estimators[family]
 
     def table(self, family: str) -> str:
         """Name of the profile table ``family`` was fitted on (``nccl_*`` -> ``nccl``)."""
@@ -324,7 +356,7 @@ def _needed_physics(profile: Profile) -> list[str]:
 def fit_profile(profile: Profile, gpu: GPUSpec | None) -> FittedProfile:
     """Fit every family's predictor on its light sample and score it on the rows held out (no cache)."""
     gpu = device_gpu(profile, gpu)
-    predictors, train_rows, dropped_rows, fit_seconds, scores = {}, {}, {}, {}, {}
+    predictors, estimators, train_rows, dropped_rows, fit_seconds, scores = {}, {}, {}, {}, {}, {}
     for family, spec in _family_layout(profile, gpu).items():
         table = profile.tables[spec.table]
         rows = spec.rows(profile)
@@ -338,12 +370,13 @@ def fit_profile(profile: Profile, gpu: GPUSpec | None) -> FittedProfile:
         dropped_rows[family] = rows[train[outlier]]
         train = train[~outlier]
         start = time.perf_counter()
-        predictors[family] = spec.predictor.fit(X[train], latency[train])
+        estimators[family] = spec.estimator().fit(X[train], latency[train])
         fit_seconds[family] = time.perf_counter() - start
+        predictors[family] = compile_predictor(estimators[family])
         train_rows[family] = rows[train]
         test = np.searchsorted(rows, _held_out(rows, train_rows[family], dropped_rows[family]))
         scores[family] = score_family(family, predictors[family], X[test], latency[test], int(train.size))
-    return FittedProfile(profile, gpu, predictors, train_rows, fit_seconds, dropped_rows, scores)
+    return FittedProfile(profile, gpu, predictors, train_rows, fit_seconds, dropped_rows, scores, estimators)
 
 
 def _held_out(rows: np.ndarray, train: np.ndarray, dropped: np.ndarray | None) -> np.ndarray:
@@ -355,24 +388,23 @@ def _held_out(rows: np.ndarray, train: np.ndarray, dropped: np.ndarray | None) -
 def fitted_profile(profile: Profile, gpu: GPUSpec | None) -> FittedProfile:
     """The fitted predictors of ``profile`` on ``gpu``: from memory, the user's private cache, or fitted.
 
-    A fresh fit is stored in the private cache. Nothing is read from the
-    profile's own directory but its tables and metadata: a profile folder may
-    be shared or writable by others, and a pickle there could run any code.
-    The cache key is the profile's content hash, every estimator's parameters
-    (the device figures its features use included), ``CODE_VERSION`` and the
-    scikit-learn version.
+    A fresh fit is stored in the private cache, as compiled arrays (data
+    only); a cache hit neither unpickles anything nor imports scikit-learn.
+    Nothing is read from the profile's own directory but its tables and
+    metadata. The cache key is the profile's content hash, every estimator's
+    constructor arguments (the device figures its features use included),
+    ``CODE_VERSION`` and the installed scikit-learn version (a refit with
+    another version could differ).
     """
     gpu = device_gpu(profile, gpu)
     key = cache_key(profile, gpu)
     if key in _MEMO:
         return _MEMO[key]
-    payload = _cache.load(key)
-    if isinstance(payload, dict) and payload.get("key") == key and _PAYLOAD_KEYS <= payload.keys():
-        fitted = FittedProfile(profile, gpu, payload["predictors"], payload["train_rows"],
-                               payload["fit_seconds"], payload["dropped_rows"], payload["scores"])
-    else:
+    stored = _cache.load_arrays(key)
+    fitted = None if stored is None else _from_arrays(profile, gpu, *stored)
+    if fitted is None:
         fitted = fit_profile(profile, gpu)
-        _cache.store(key, _payload(key, fitted))
+        _cache.store_arrays(key, *_to_arrays(fitted))
     _MEMO[key] = fitted
     return fitted
 
@@ -388,12 +420,45 @@ def store_fitted(fitted: FittedProfile) -> Path | None:
     """
     key = cache_key(fitted.profile, fitted.gpu)
     _MEMO[key] = fitted
-    return _cache.store(key, _payload(key, fitted))
+    return _cache.store_arrays(key, *_to_arrays(fitted))
 
 
-def _payload(key: str, fitted: FittedProfile) -> dict[str, Any]:
-    return {"key": key, "predictors": fitted._predictors, "train_rows": fitted._train_rows,
-            "dropped_rows": fitted._dropped_rows, "fit_seconds": fitted.fit_seconds, "scores": fitted.scores}
+def _to_arrays(fitted: FittedProfile) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """``fitted`` as arrays named ``<family>.<field>`` and JSON metadata, for the data-only cache."""
+    arrays: dict[str, np.ndarray] = {}
+    families: dict[str, Any] = {}
+    for family, predictor in fitted._predictors.items():
+        own, meta = predictor.to_arrays()
+        arrays.update({f"{family}.{name}": value for name, value in own.items()})
+        arrays[f"{family}.train_rows"] = fitted._train_rows[family]
+        if family in fitted._dropped_rows:
+            arrays[f"{family}.dropped_rows"] = fitted._dropped_rows[family]
+        score = fitted.scores.get(family)
+        families[family] = {"predictor": meta, "fit_seconds": fitted.fit_seconds[family],
+                            "score": None if score is None else score.to_dict()}
+    return arrays, {"code": CODE_VERSION, "families": families}
+
+
+def _from_arrays(profile: Profile, gpu: GPUSpec, arrays: dict[str, np.ndarray],
+                 meta: dict[str, Any]) -> FittedProfile | None:
+    """The profile :func:`_to_arrays` stored; None when the data is not what this version writes (refit)."""
+    try:
+        if meta["code"] != CODE_VERSION:
+            return None
+        predictors, train_rows, dropped_rows, fit_seconds, scores = {}, {}, {}, {}, {}
+        for family, entry in meta["families"].items():
+            own = {name.removeprefix(f"{family}."): value for name, value in arrays.items()
+                   if name.startswith(f"{family}.")}
+            predictors[family] = CompiledPredictor.from_arrays(own, entry["predictor"])
+            train_rows[family] = own["train_rows"]
+            if "dropped_rows" in own:
+                dropped_rows[family] = own["dropped_rows"]
+            fit_seconds[family] = float(entry["fit_seconds"])
+            if entry["score"] is not None:
+                scores[family] = FamilyError(**entry["score"])
+        return FittedProfile(profile, gpu, predictors, train_rows, fit_seconds, dropped_rows, scores)
+    except (KeyError, ValueError, TypeError, IndexError):
+        return None
 
 
 def forget_fitted() -> None:
@@ -408,11 +473,11 @@ def cache_key(profile: Profile, gpu: GPUSpec | None) -> str:
     carrying all its own physics has one key whatever the run's GPU.
     """
     layout = _family_layout(profile, device_gpu(profile, gpu))
-    estimators = {family: spec.predictor.get_params() for family, spec in layout.items()}
-    blob = json.dumps({"profile": profile.content_hash, "code": CODE_VERSION, "sklearn": sklearn.__version__,
-                       "estimators": estimators}, sort_keys=True, default=str)
+    estimators = {family: {"kind": spec.kind, **spec.params} for family, spec in layout.items()}
+    blob = json.dumps({"profile": profile.content_hash, "code": CODE_VERSION, "estimators": estimators,
+                       "sklearn": importlib.metadata.version("scikit-learn")}, sort_keys=True, default=str)
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", profile.device)[:40]
-    return f"{slug}-{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
+    return f"{_KEY_PREFIX}-{slug}-{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
 
 
 def _family_layout(profile: Profile, gpu: GPUSpec) -> dict[str, _Family]:
@@ -421,14 +486,14 @@ def _family_layout(profile: Profile, gpu: GPUSpec) -> dict[str, _Family]:
     out: dict[str, _Family] = {}
     for dtype, (table, element_bytes) in _GEMM_DTYPES.items():
         if table in profile.tables and gpu.supports(dtype):
-            out[table] = _Family(table, ("m", "n", "k"), (),
-                                 GemmPredictor(peak_flops=gpu.peak(dtype), hbm_bandwidth_bytes_per_s=bandwidth,
-                                               num_sms=sms, bytes_per_element=element_bytes, random_state=_SEED))
+            out[table] = _Family(table, ("m", "n", "k"), (), "gemm", {
+                "peak_flops": gpu.peak(dtype), "hbm_bandwidth_bytes_per_s": bandwidth, "num_sms": sms,
+                "bytes_per_element": element_bytes, "random_state": _SEED})
     for table in _ATTENTION_TABLES:
         if table in profile.tables and gpu.supports("bf16"):
-            out[table] = _Family(table, _ATTENTION_COLUMNS, (("causal", True),),
-                                 AttentionPredictor(peak_flops=gpu.peak("bf16"), hbm_bandwidth_bytes_per_s=bandwidth,
-                                                    num_sms=sms, random_state=_SEED))
+            out[table] = _Family(table, _ATTENTION_COLUMNS, (("causal", True),), "attention", {
+                "peak_flops": gpu.peak("bf16"), "hbm_bandwidth_bytes_per_s": bandwidth, "num_sms": sms,
+                "random_state": _SEED})
     if "memory" in profile.tables:
         memory = profile.tables["memory"]
         for kind, phase in sorted(set(zip(memory["kind"].tolist(), memory["phase"].tolist()))):
@@ -436,15 +501,15 @@ def _family_layout(profile: Profile, gpu: GPUSpec) -> dict[str, _Family]:
             # The measured kernel's own bytes per element (a bf16 norm 4, an fp32 AdamW step 28).
             per_element = float(np.median(memory["bytes"][rows] / np.maximum(memory["elements"][rows], 1)))
             out[f"memory_{kind}_{phase}"] = _Family(
-                "memory", ("elements",), (("kind", kind), ("phase", phase)),
-                MemoryPredictor(bytes_per_element=max(per_element, 1e-3), hbm_bandwidth_bytes_per_s=bandwidth,
-                                random_state=_SEED))
+                "memory", ("elements",), (("kind", kind), ("phase", phase)), "memory",
+                {"bytes_per_element": max(per_element, 1e-3), "hbm_bandwidth_bytes_per_s": bandwidth,
+                 "random_state": _SEED})
     if "nccl" in profile.tables:
         present = set(profile.tables["nccl"]["op"].tolist())
         for op in COLLECTIVE_OPS:
             if op in present:
-                out[f"nccl_{op}"] = _Family("nccl", _COLLECTIVE_COLUMNS, (("op", op),), CollectivePredictor(
-                    op=op, link_bandwidth_bytes_per_s=gpu.intra_node_bandwidth_bytes_per_s,
-                    link_latency_s=gpu.intra_node_latency_s, random_state=_SEED))
+                out[f"nccl_{op}"] = _Family("nccl", _COLLECTIVE_COLUMNS, (("op", op),), "collective", {
+                    "op": op, "link_bandwidth_bytes_per_s": gpu.intra_node_bandwidth_bytes_per_s,
+                    "link_latency_s": gpu.intra_node_latency_s, "random_state": _SEED})
     return out
 

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
-import numpy as np
 from sklearn.ensemble import HistGradientBoostingRegressor
 
-from costmodel.predictors._base import OperatorPredictor, log_waves
-
-# Output tiles (rows x columns of Y) that cuBLAS/CUTLASS kernels on Ampere-to-Blackwell GPUs
-# use for large GEMMs; each tile is one thread block, so ceil(m/tm)*ceil(n/tn) blocks fill the
-# SMs in waves. Several are offered because which one a kernel picks depends on the shape.
-_TILES: Final = ((128, 128), (128, 256), (256, 128), (64, 128))
+from costmodel.predictors._base import OperatorPredictor
+from costmodel.predictors._features import FAMILIES
 
 
 class GemmPredictor(OperatorPredictor):
@@ -46,7 +41,8 @@ class GemmPredictor(OperatorPredictor):
         Passed to the regressor.
     """
 
-    shape_columns: ClassVar[tuple[str, ...]] = ("m", "n", "k")
+    kind: ClassVar[str] = "gemm"
+    shape_columns: ClassVar[tuple[str, ...]] = FAMILIES["gemm"].shape_columns
 
     def __init__(self, peak_flops: float = 989.4e12, hbm_bandwidth_bytes_per_s: float = 3350e9,
                  num_sms: int = 132, bytes_per_element: float = 2.0, max_iter: int = 100,
@@ -59,21 +55,6 @@ class GemmPredictor(OperatorPredictor):
         self.learning_rate = learning_rate
         self.max_leaf_nodes = max_leaf_nodes
         self.random_state = random_state
-
-    def _physics(self, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        m, n, k = shapes.T
-        log_flops = np.log(2.0) + np.log(m) + np.log(n) + np.log(k)
-        log_bytes = np.log(self.bytes_per_element * (m * k + n * k) + 2.0 * m * n)
-        log_compute = log_flops - np.log(self.peak_flops)
-        log_memory = log_bytes - np.log(self.hbm_bandwidth_bytes_per_s)
-        log_roofline = np.maximum(log_compute, log_memory)
-        columns = [np.log(m), np.log(n), np.log(k), log_flops, log_bytes, log_flops - log_bytes,
-                   log_roofline, log_compute - log_memory]
-        for tile_m, tile_n in _TILES:
-            blocks_m, blocks_n = np.ceil(m / tile_m), np.ceil(n / tile_n)
-            columns.extend(log_waves(blocks_m * blocks_n, self.num_sms))
-            columns.extend((m / (blocks_m * tile_m), n / (blocks_n * tile_n)))
-        return np.column_stack(columns), log_roofline
 
     def _make_regressor(self) -> HistGradientBoostingRegressor:
         return HistGradientBoostingRegressor(max_iter=self.max_iter, learning_rate=self.learning_rate,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numpy as np
 from sklearn.linear_model import Ridge
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import SplineTransformer
 
 from costmodel.predictors._base import OperatorPredictor
+from costmodel.predictors._features import FAMILIES
 
 
 class MemoryPredictor(OperatorPredictor):
@@ -41,7 +41,8 @@ class MemoryPredictor(OperatorPredictor):
         Unused (the fit is deterministic); kept for the common contract.
     """
 
-    shape_columns: ClassVar[tuple[str, ...]] = ("elements",)
+    kind: ClassVar[str] = "memory"
+    shape_columns: ClassVar[tuple[str, ...]] = FAMILIES["memory"].shape_columns
 
     def __init__(self, bytes_per_element: float = 4.0, hbm_bandwidth_bytes_per_s: float = 3350e9,
                  n_knots: int = 4, alpha: float = 1.0, random_state: Any = None) -> None:
@@ -50,11 +51,6 @@ class MemoryPredictor(OperatorPredictor):
         self.n_knots = n_knots
         self.alpha = alpha
         self.random_state = random_state
-
-    def _physics(self, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        log_elements = np.log(shapes[:, 0])
-        log_roofline = log_elements + np.log(self.bytes_per_element) - np.log(self.hbm_bandwidth_bytes_per_s)
-        return log_elements[:, None], log_roofline
 
     def _make_regressor(self) -> Pipeline:
         return make_pipeline(SplineTransformer(n_knots=self.n_knots, degree=3, extrapolation="constant"),

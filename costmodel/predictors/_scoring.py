@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from costmodel.predictors._base import OperatorPredictor
+if TYPE_CHECKING:
+    from costmodel.predictors._base import OperatorPredictor
+    from costmodel.predictors._compiled import CompiledPredictor
 
 __all__ = ["MAX_SCORED_ROWS", "FamilyError", "score_family"]
 
@@ -45,8 +47,8 @@ class FamilyError:
         return asdict(self)
 
 
-def score_family(family: str, predictor: OperatorPredictor, X: np.ndarray, latency: np.ndarray,
-                 n_train: int) -> FamilyError:
+def score_family(family: str, predictor: CompiledPredictor | OperatorPredictor, X: np.ndarray,
+                 latency: np.ndarray, n_train: int) -> FamilyError:
     """Score ``predictor`` on held-out shapes ``X`` with measured ``latency`` (s)."""
     if latency.size == 0:
         return FamilyError(family, n_train, 0, None, None, None)

@@ -1,9 +1,10 @@
-"""Nothing from a profile folder or a cache others can write is unpickled; the private cache is signed.
+"""Nothing is ever unpickled: the private cache holds data only (``.npz``, ``allow_pickle=False``).
 
 Each attack plants a pickle whose ``__reduce__`` creates a marker file, under the
-very name parplan looks for, with a matching ``.sha256`` beside it (the old
-format's checksum, which anyone who can write the one can write), and checks
-that the marker never appears.
+names parplan looks for now (``<key>.npz``, the pickle inside an object array)
+and looked for before (``<key>.joblib`` with a matching ``.sha256``), and checks
+that the marker never appears. A cache directory others can write, or that is
+not this user's, is not used at all.
 """
 
 from __future__ import annotations
@@ -60,14 +61,23 @@ def profile_dir(tmp_path: Path) -> Path:
     return directory
 
 
-def _plant(directory: Path, key: str, marker: Path) -> Path:
-    """The old cache format: ``<key>.joblib`` and its matching ``.sha256``."""
+def _plant(directory: Path, key: str, marker: Path) -> list[str]:
+    """Pickles under the names of both cache formats; returns the file names."""
     directory.mkdir(parents=True, exist_ok=True)
     payload = pickle.dumps(_Planted(marker))
-    data = directory / f"{key}.joblib"
-    data.write_bytes(payload)
+    (directory / f"{key}.joblib").write_bytes(payload)
     (directory / f"{key}.joblib.sha256").write_text(hashlib.sha256(payload).hexdigest() + "\n", encoding="ascii")
-    return data
+    _plant_npz(directory / f"{key}.npz", key, marker)
+    return sorted([f"{key}.joblib", f"{key}.joblib.sha256", f"{key}.npz"])
+
+
+def _plant_npz(path: Path, key: str, marker: Path) -> None:
+    """An ``.npz`` with the right key whose ``train_rows`` is an object array: unpickling it runs the plant."""
+    planted = np.empty(1, dtype=object)
+    planted[0] = _Planted(marker)
+    header = np.frombuffer(json.dumps({"key": key}).encode(), dtype=np.uint8)
+    with path.open("wb") as file:
+        np.savez(file, allow_pickle=True, **{"gemm_bf16.train_rows": planted, "__meta__": header})
 
 
 def _key(profile_dir: Path) -> str:
@@ -115,15 +125,36 @@ def test_a_pickle_planted_in_a_profiles_fitted_folder_does_not_run_from_the_libr
 def test_a_pickle_planted_in_a_group_writable_cache_does_not_run(tmp_path, profile_dir):
     marker = tmp_path / "ran"
     cache = tmp_path / "team-cache"
-    _plant(cache / "predictors", _key(profile_dir), marker)
+    planted = _plant(cache / "predictors", _key(profile_dir), marker)
     cache.chmod(0o777)
     (cache / "predictors").chmod(0o775)
     proc = _predict_cli(tmp_path, profile_dir, cache)
     assert not marker.exists()
     assert proc.returncode == 0, proc.stderr
     assert "predictor cache" in proc.stderr and "not private" in proc.stderr
-    assert sorted(p.name for p in (cache / "predictors").iterdir()) == sorted(  # nothing written there
-        [f"{_key(profile_dir)}.joblib", f"{_key(profile_dir)}.joblib.sha256"])
+    assert sorted(p.name for p in (cache / "predictors").iterdir()) == planted  # nothing written there
+
+
+_IMPORT_PROBE = """
+import json, sys
+from parplan.cli import main
+code = main({argv!r})
+print(json.dumps({{"code": code, "loaded": sorted(m for m in ("sklearn", "scipy", "joblib") if m in sys.modules)}}),
+      file=sys.stderr)
+"""
+
+
+def test_a_predict_with_a_warm_cache_imports_no_scikit_learn(tmp_path, profile_dir):
+    cache = tmp_path / "cache"
+    first = _predict_cli(tmp_path, profile_dir, cache)  # fits (scikit-learn) and fills the cache
+    assert first.returncode == 0, first.stderr
+    assert (cache / "predictors" / f"{_key(profile_dir)}.npz").is_file()
+    argv = ["predict", str(tmp_path / "run.yaml"), "--profile", str(profile_dir), "--json"]
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE.format(argv=argv)], capture_output=True, text=True,
+                          env={**os.environ, "PARPLAN_CACHE_DIR": str(cache)}, timeout=300, check=False)
+    report = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert report == {"code": 0, "loaded": []}, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["step_time_s"] == json.loads(first.stdout)["step_time_s"]
 
 
 @pytest.fixture
@@ -132,61 +163,33 @@ def private_cache(tmp_path, monkeypatch) -> Path:
     return cache_dir()
 
 
-def test_the_cache_is_created_private_with_a_private_secret(private_cache):
-    assert _cache.store("k", {"x": 1}) == private_cache / "k.joblib"
+def test_the_cache_is_created_private(private_cache):
+    assert _cache.store_arrays("k", {"x": np.ones(1)}, {}) == private_cache / "k.npz"
     assert stat.S_IMODE(private_cache.stat().st_mode) == 0o700
-    assert stat.S_IMODE((private_cache / "hmac.key").stat().st_mode) == 0o600
-    assert _cache.load("k") == {"x": 1}
+    assert stat.S_IMODE((private_cache / "k.npz").stat().st_mode) == 0o600
+    assert sorted(p.name for p in private_cache.iterdir()) == ["k.npz"]  # no secret, no temporaries left
 
 
-def test_a_signed_payload_is_not_loaded_once_the_directory_is_group_writable(tmp_path, private_cache):
+def test_a_pickle_planted_in_the_private_cache_is_not_unpickled(tmp_path, private_cache, profile_dir):
     marker = tmp_path / "ran"
-    _cache.store("k", _Planted(marker))  # as if written by this user: signed with the real secret
-    private_cache.chmod(0o770)
-    with pytest.warns(UserWarning, match="not private"):
-        assert _cache.load("k") is None
+    key = _key(profile_dir)
+    private_cache.mkdir(parents=True, mode=0o700)
+    _plant_npz(private_cache / f"{key}.npz", key, marker)
+    assert _cache.load_arrays(key) is None
+    forget_fitted()
+    fitted = fitted_profile(load_profile(profile_dir), get_gpu(H100))  # refitted, and the plant overwritten
     assert not marker.exists()
-    private_cache.chmod(0o700)
-    _cache.load("k")
-    assert marker.exists()  # the mode check alone stopped it above
+    assert "gemm_bf16" in fitted.families
+    assert _cache.load_arrays(key) is not None
 
 
-def test_a_cache_owned_by_another_user_is_not_used(tmp_path, private_cache, monkeypatch):
-    marker = tmp_path / "ran"
-    _cache.store("k", _Planted(marker))
+def test_a_cache_owned_by_another_user_is_not_used(private_cache, monkeypatch):
+    _cache.store_arrays("k", {"x": np.ones(1)}, {})
     monkeypatch.setattr(os, "getuid", lambda: os.stat(private_cache).st_uid + 1)
     with pytest.warns(UserWarning, match="not private"):
-        assert _cache.load("k") is None
-        assert _cache.store("k2", 1) is None
-    assert not marker.exists() and not (private_cache / "k2.joblib").exists()
-
-
-def test_a_secret_others_can_read_disables_the_cache(tmp_path, private_cache):
-    marker = tmp_path / "ran"
-    _cache.store("k", _Planted(marker))
-    (private_cache / "hmac.key").chmod(0o644)
-    with pytest.warns(UserWarning, match="hmac.key"):
-        assert _cache.load("k") is None
-    assert not marker.exists()
-
-
-def test_a_payload_with_a_forged_signature_is_never_unpickled(tmp_path, private_cache, monkeypatch):
-    marker = tmp_path / "ran"
-    _cache.store("k", {"x": 1})
-    payload = pickle.dumps(_Planted(marker))
-    forged = _cache._TAG + hashlib.sha256(payload).digest() + payload
-    (private_cache / "k.joblib").write_bytes(forged)
-    monkeypatch.setattr(_cache.joblib, "load", lambda *a, **k: pytest.fail("unpickled"))
-    assert _cache.load("k") is None
-    (private_cache / "k.joblib").write_bytes(pickle.dumps(_Planted(marker)))  # no tag at all
-    assert _cache.load("k") is None
-    assert not marker.exists()
-
-
-def test_a_payload_signed_for_another_key_is_not_loaded(private_cache):
-    _cache.store("a", "value of a")
-    os.replace(private_cache / "a.joblib", private_cache / "b.joblib")
-    assert _cache.load("b") is None
+        assert _cache.load_arrays("k") is None
+        assert _cache.store_arrays("k2", {"x": np.ones(1)}, {}) is None
+    assert not (private_cache / "k2.npz").exists()
 
 
 def test_a_symlinked_cache_directory_is_not_used(tmp_path, monkeypatch):
@@ -196,7 +199,7 @@ def test_a_symlinked_cache_directory_is_not_used(tmp_path, monkeypatch):
     (tmp_path / "cache" / "predictors").symlink_to(real)
     monkeypatch.setenv("PARPLAN_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.warns(UserWarning, match="not private"):
-        assert _cache.store("k", 1) is None
+        assert _cache.store_arrays("k", {"x": np.ones(1)}, {}) is None
     assert list(real.iterdir()) == []
 
 

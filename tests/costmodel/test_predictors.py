@@ -20,10 +20,12 @@ from costmodel.predictors import (
     OperatorPredictor,
     _cache,
     cache_dir,
+    fit_profile,
     fitted_profile,
     forget_fitted,
     light_sample,
 )
+from costmodel.predictors._fitted import cache_key
 from costmodel.predictors._physics import gemm_roofline_s
 from costmodel.profiles import DEFAULT_FIT_SAMPLING, Profile, builtin_profile, make_profile
 from costmodel.specs.catalog import get_gpu
@@ -192,20 +194,50 @@ def test_second_load_starts_from_disk_cache(fitted, h100_slice, monkeypatch):
     assert fitted_profile(h100_slice, get_gpu(H100)) is again  # then memoised in-process
 
 
-def test_tampered_cache_file_is_refit_not_unpickled(fitted, h100_slice, monkeypatch):
-    files = sorted(cache_dir().glob("*.joblib"))
-    assert len(files) == 1
-    data = files[0]
+def test_the_cache_holds_compiled_arrays_not_pickles(fitted):
+    files = sorted(p.name for p in cache_dir().iterdir())
+    assert [name for name in files if name.startswith("fitted-")] == [f"{cache_key(fitted.profile, fitted.gpu)}.npz"]
+    assert not any(name.endswith((".joblib", ".pkl", ".key")) for name in files)
+
+
+def test_a_broken_cache_file_is_refit(fitted, h100_slice, monkeypatch):
+    data = cache_dir() / f"{cache_key(fitted.profile, fitted.gpu)}.npz"
     blob = bytearray(data.read_bytes())
-    blob[len(blob) // 2] ^= 0xFF
-    data.write_bytes(bytes(blob))
+    data.write_bytes(bytes(blob[: len(blob) // 2]))  # truncated: a zip without its directory
     forget_fitted()
     calls = _count_fits(monkeypatch)
-    loads: list[object] = []
-    monkeypatch.setattr(_cache.joblib, "load", lambda *a, **k: loads.append(a) or pytest.fail("unpickled"))
     refit = fitted_profile(h100_slice, get_gpu(H100))
-    assert loads == []
     assert len(calls) == len(refit.fitted_families)
     monkeypatch.undo()
+    assert _cache.load_arrays(data.name.removesuffix(".npz")) is not None  # rewritten whole
+
+
+def test_a_cache_entry_of_another_code_version_is_refit(fitted, h100_slice, monkeypatch):
+    key = cache_key(fitted.profile, fitted.gpu)
+    arrays, meta = _cache.load_arrays(key)
+    _cache.store_arrays(key, arrays, {**meta, "code": "0"})
     forget_fitted()
-    assert _cache.load(data.name.removesuffix(".joblib")) is not None  # rewritten, signature matches
+    calls = _count_fits(monkeypatch)
+    fitted_profile(h100_slice, get_gpu(H100))
+    assert len(calls) == len(fitted.fitted_families)
+
+
+def test_compiled_predictors_match_their_estimators_on_every_table_row(h100_slice):
+    """What the cache stores and every prediction uses is what scikit-learn predicts, bit for bit."""
+    fresh = fit_profile(h100_slice, get_gpu(H100))
+    for family in fresh.fitted_families:
+        X, _ = fresh.shapes(family)
+        X = np.vstack([X, X * 10.0, X / 10.0])  # and beyond the sampled range on both sides
+        np.testing.assert_array_equal(fresh.predictor(family).predict(X), fresh.estimator(family).predict(X),
+                                      err_msg=family)
+
+
+def test_estimators_are_kept_only_for_a_fit_in_this_process(fitted, h100_slice):
+    fresh = fit_profile(h100_slice, get_gpu(H100))
+    X, _ = fresh.shapes("gemm_bf16")
+    np.testing.assert_array_equal(fresh.estimator("gemm_bf16").predict(X[:50]),
+                                  fresh.predictor("gemm_bf16").predict(X[:50]))
+    forget_fitted()
+    cached = fitted_profile(h100_slice, get_gpu(H100))
+    with pytest.raises(KeyError, match="not fitted in this process"):
+        cached.estimator("gemm_bf16")
