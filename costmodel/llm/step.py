@@ -364,8 +364,9 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
     tail, dp_exposed, optimizer = max(tails)
     tail = max(tail, 0.0)
     # the step's first gathers (pipelined FSDP2's, or ZeRO-1/2's overlapped parameter all-gather)
-    # delay the first forward of their stage, and behind it the whole pipeline: the slowest stage's
-    upstream = [sum(t.forward_s for t in stages[:st]) for st in range(len(stages))]
+    # delay the first forward of their stage, and behind it the whole pipeline: the slowest stage's.
+    # Rank i's first forward waits for the first model chunk's forward on every rank before it.
+    upstream = [sum(t.forward_s for t in stages[:st]) / s.vpp for st in range(len(stages))]
     head = max(_zero3_step_exposed(run, timer, t.compute, st)[0]
                + _param_gather_head(run, timer, t.compute, st, upstream[st]) for st, t in enumerate(stages))
     optimizer = min(optimizer, tail)
