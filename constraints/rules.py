@@ -284,8 +284,10 @@ def framework_runs_attention_and_overlap(run: RunSpec) -> str | None:
 
 
 def framework_runs_parallelism(run: RunSpec) -> str | None:
-    """Sequence and context parallelism exist in the framework."""
+    """Sequence, context and (for MoE models) tensor parallelism exist in the framework."""
     fw, s = run.framework, run.strategy
+    if s.tp > 1 and run.model.is_moe and not fw.supports_moe_tensor_parallel:
+        return f"tp={s.tp} is not implemented by {fw.display_name} for MoE models (framework {fw.name}: set tp: 1)"
     if s.sequence_parallel and not fw.supports_sequence_parallel:
         return f"sequence_parallel is not implemented by {fw.display_name} (framework {fw.name})"
     if s.cp > 1 and not fw.supports_context_parallel:

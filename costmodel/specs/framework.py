@@ -173,6 +173,8 @@ class Framework:
     """Whether Megatron sequence parallelism exists (``Strategy.sequence_parallel``)."""
     supports_context_parallel: bool = True
     """Whether context parallelism exists (``Strategy.cp`` > 1)."""
+    supports_moe_tensor_parallel: bool = True
+    """Whether tensor parallelism (``Strategy.tp`` > 1) can shard a mixture-of-experts model."""
     recompute_modes: tuple[str, ...] = RECOMPUTE
     cuda_graph_scopes: tuple[str, ...] = ()
     """CUDA-graph scopes it captures in training (``Strategy.cuda_graphs`` other than ``none``;
@@ -202,7 +204,8 @@ class Framework:
                      "distributed_optimizer", "fp8_weight_cache", "fp8_param_gather", "supports_fp16", "supports_tp_comm_overlap",
                      "moe_shared_expert_overlap", "moe_a2a_overlap", "fp8_activation_cache", "fsdp_defer_grad_sync",
                      "rope_fusion", "moe_expert_fusion", "supports_fp8", "supports_flash_attention",
-                     "supports_grad_reduce_overlap", "supports_sequence_parallel", "supports_context_parallel"):
+                     "supports_grad_reduce_overlap", "supports_sequence_parallel", "supports_context_parallel",
+                     "supports_moe_tensor_parallel"):
             require_bool(f"{where}.{name}", getattr(self, name))
         if not isinstance(self.cp_comm_types, tuple) or not self.cp_comm_types \
                 or not set(self.cp_comm_types) <= set(CP_EXCHANGES):
