@@ -190,9 +190,10 @@ def problem_from_args(args: argparse.Namespace, num_gpus: int, run: RunSpec | No
 
 def _counts(args: argparse.Namespace, run: RunSpec | None = None) -> list[int]:
     from costmodel.specs.catalog import get_gpu
-    from search.budget import gpu_counts
 
     if args.max_gpus is not None:
+        from search.budget import gpu_counts
+
         node = args.gpus_per_node or (get_gpu(args.gpu).gpus_per_node if args.gpu is not None or run is None
                                       else run.cluster.gpus_per_node)
         counts = gpu_counts(args.max_gpus, node)
@@ -237,26 +238,29 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def _search_command(args: argparse.Namespace) -> int:
-    from threadpoolctl import threadpool_limits
-
-    from search.budget import Budget, plan_counts
     from search.exporters import get_exporter
-    from search.progress import SearchProgress
-    from search.storage import check_storage_url
 
     sampler = args.sampler or ("nsga2" if args.objective == "pareto" else "tpe")
     objective = "pareto" if args.objective == "pareto" else "time"
-    budget = Budget(tokens=args.tokens, price_per_gpu_hour=args.price_per_gpu_hour, deadline_days=args.deadline_days)
     for name in args.export:
         for part in name.split(","):
             get_exporter(part.strip())
     _check_out(args)
     if args.storage is not None:
+        from search.storage import check_storage_url  # Optuna and SQLAlchemy: only for a storage URL
+
         check_storage_url(args.storage)
     run = baseline_run(args)
     counts = _counts(args, run)
     first = problem_from_args(args, counts[0], run)
     _check_profile(args, first.gpu)
+    # Imported once the cheap checks passed (start-up): search.budget brings the search results.
+    from threadpoolctl import threadpool_limits
+
+    from search.budget import Budget, plan_counts
+    from search.progress import SearchProgress
+
+    budget = Budget(tokens=args.tokens, price_per_gpu_hour=args.price_per_gpu_hour, deadline_days=args.deadline_days)
     args.baseline = run
     progress = SearchProgress(sys.stderr, live=None if not args.json else False)
     search = partial(_search_one, args=args, sampler=sampler, objective=objective, many=len(counts) > 1,
