@@ -139,7 +139,7 @@ _IMPORT_PROBE = """
 import json, sys
 from parplan.cli import main
 code = main({argv!r})
-print(json.dumps({{"code": code, "loaded": sorted(m for m in ("sklearn", "scipy", "joblib") if m in sys.modules)}}),
+print(json.dumps({{"code": code, "loaded": sorted(m for m in ("sklearn", "joblib") if m in sys.modules)}}),
       file=sys.stderr)
 """
 
