@@ -128,7 +128,9 @@ def moe_notes(run: RunSpec) -> tuple[str, ...]:
 def ops_key(run: RunSpec) -> tuple[object, ...]:
     """The strategy fields that shape the MoE operators (for ``costmodel.llm.compute.stage_ops_key``)."""
     s = run.strategy
-    return (s.expert_tensor_parallel_size, s.moe_capacity_factor, load_factor(s), run.framework.moe_expert_fusion)
+    # routing: the eager down bias's probs gradient exists only under a trained router (decompose._eager_expert_ops)
+    return (s.expert_tensor_parallel_size, s.moe_capacity_factor, load_factor(s), run.framework.moe_expert_fusion,
+            routing(s))
 
 
 # -- token counts: costmodel.specs.moe_tokens (shared with the memory model) --------------------

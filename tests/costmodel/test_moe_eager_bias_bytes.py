@@ -27,3 +27,16 @@ def test_down_bias_moves_fp32_bytes_per_element() -> None:
 def test_a_trained_router_adds_the_probs_gradient() -> None:
     assert _down_bias("uniform")["bwd"] == _down_bias("round_robin")["bwd"] + (4 + 4 + 4)
     assert _down_bias("uniform")["fwd"] == _down_bias("round_robin")["fwd"]
+
+
+def test_stage_memo_tells_the_routings_apart() -> None:
+    # the two routings give different expert ops, so the per-stage memo must not share them
+    from costmodel.llm.compute import stage_ops_key
+
+    def run(routing: str) -> object:
+        return run_spec_from_mapping({"model": "gpt-oss-20b", "seq_length": 4096, "framework": "automodel",
+                                      "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 8},
+                                      "strategy": {"ep": 8, "dp": 8, "micro_batch_size": 1, "global_batch_size": 64,
+                                                   "moe_routing": routing}})
+
+    assert stage_ops_key(run("uniform"), 0) != stage_ops_key(run("round_robin"), 0)
