@@ -112,6 +112,22 @@ def cpu_cluster(world: int) -> ClusterSpec:
     return ClusterSpec(gpu=gpu, num_gpus=world, gpus_per_node=world)
 
 
+def _call_worker(rank: int, fn, args: tuple, queue) -> None:
+    queue.put((rank, fn(*args)))
+
+
+def in_processes(fn, world: int, *args) -> list:
+    """``fn(*args)`` run in ``world`` processes at once, one result per process (rank order): a measurement
+    taken while the other ranks load the caches and memory as the miniature's ranks do (they share this
+    machine's last-level cache and memory bus; a rank's kernels measured alone ran up to ~2x faster here
+    than beside a memory-streaming neighbour)."""
+    import torch.multiprocessing as mp
+
+    queue = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(_call_worker, args=(fn, args, queue), nprocs=world, join=True, start_method="spawn")
+    return [result for _, result in sorted((queue.get() for _ in range(world)), key=lambda r: r[0])]
+
+
 def _fastest(call, repeats: int) -> float:
     best = math.inf
     for _ in range(repeats):
@@ -190,18 +206,32 @@ def cpu_sort_costs(repeats: int = 20):
     return SortCosts(per_compare_step_s=per_step, per_radix_id_s=per_radix)
 
 
-def cpu_dense_kernel_costs(world: int, repeats: int = 20):
+def cpu_dense_kernel_costs(world: int, repeats: int = 20, concurrent: bool = True):
     """This CPU's ``costmodel.recsys.dense_kernel.DenseKernelCosts``: the primitives of a data-parallel
-    table's step timed alone on one thread (thread clock, fastest of ``repeats``), each at two sizes:
-    ``torch.zeros`` below and above the mmap threshold (per byte; per fresh page), the sort
-    (:func:`cpu_sort_costs`), the dense ``EmbeddingBag`` backward of a 1000-row table at dims 16 and 64
-    less its zero fill and sort (per lookup; per 64-B line scattered), ``weight.add_(grad)`` (per byte),
-    and gloo's all-reduce on ``world`` processes (process CPU time, the miniatures' clock). Not fitted to
-    any miniature's step."""
+    table's step (:func:`dense_kernel_primitives`; with ``concurrent``, timed in ``world`` processes at
+    once, :func:`in_processes`, each cost the mean over them) and gloo's all-reduce on ``world`` processes
+    (process CPU time, the miniatures' clock). Not fitted to any miniature's step."""
+    from costmodel.recsys.cpu_sort import SortCosts
+
+    runs = in_processes(dense_kernel_primitives, world, repeats) if concurrent else [dense_kernel_primitives(repeats)]
+    mean = {key: float(np.mean([r[key] for r in runs])) for key in runs[0]}
+    latency, bandwidth = all_to_all_figures(world, op="all_reduce")
+    sort = SortCosts(per_compare_step_s=mean.pop("per_compare_step_s"), per_radix_id_s=mean.pop("per_radix_id_s"))
+    from costmodel.recsys.dense_kernel import DenseKernelCosts
+
+    return DenseKernelCosts(**mean, sort=sort, all_reduce_latency_s=latency, all_reduce_s_per_byte=1.0 / bandwidth)
+
+
+def dense_kernel_primitives(repeats: int = 20) -> dict[str, float]:
+    """The CPU unit costs of ``DenseKernelCosts`` (and the sort's), by field name, timed on one thread
+    (thread clock, fastest of ``repeats``), each at two sizes: ``torch.zeros`` below and above the mmap
+    threshold (per byte; per fresh page), the sort (:func:`cpu_sort_costs`), the dense ``EmbeddingBag``
+    backward of a 1000-row table at dims 16 and 64 less its zero fill and sort (per lookup; per 64-B line
+    scattered), ``weight.add_(grad)`` (per byte)."""
     import torch
 
     from costmodel.recsys.cpu_sort import sort_seconds
-    from costmodel.recsys.dense_kernel import MMAP_THRESHOLD_MAX_BYTES, DenseKernelCosts
+    from costmodel.recsys.dense_kernel import MMAP_THRESHOLD_MAX_BYTES
 
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(0)
@@ -237,11 +267,9 @@ def cpu_dense_kernel_costs(world: int, repeats: int = 20):
     # dim 16 is one 64-B line per gradient row, dim 64 four: the difference is three lines per lookup
     narrow, wide = backward(16) / lookups, backward(64) / lookups
     per_line = max(wide - narrow, 0.0) / 3
-    latency, bandwidth = all_to_all_figures(world, op="all_reduce")
-    return DenseKernelCosts(per_zeroed_byte_s=per_byte, per_fresh_page_s=per_page, sort=sort,
-                            per_lookup_s=max(narrow - per_line, 0.0), per_scatter_line_s=per_line,
-                            per_update_byte_s=_slope(update, (2**20, 16 * 2**20), repeats)[0],
-                            all_reduce_latency_s=latency, all_reduce_s_per_byte=1.0 / bandwidth)
+    return {"per_zeroed_byte_s": per_byte, "per_fresh_page_s": per_page, "per_lookup_s": max(narrow - per_line, 0.0),
+            "per_scatter_line_s": per_line, "per_update_byte_s": _slope(update, (2**20, 16 * 2**20), repeats)[0],
+            "per_compare_step_s": sort.per_compare_step_s, "per_radix_id_s": sort.per_radix_id_s}
 
 
 LOOKUP_DESIGN = {"rows": (3000, 10**4, 3 * 10**4, 10**5, 3 * 10**5), "dims": (8, 16, 32, 64),
@@ -289,12 +317,32 @@ class LookupProfile:
     backward_forward_counts: Any
 
 
-def cpu_lookup_profile(batch: int, rounds: int = 3, seed: int = 0, sort=None) -> LookupProfile:
+def lookup_timings(batch: int, rounds: int = 3, seed: int = 0) -> tuple[list, np.ndarray, np.ndarray]:
+    """``(points, forward seconds, backward seconds)`` over :data:`LOOKUP_DESIGN` on this thread: each
+    point's fastest forward of ``rounds`` shuffled rounds (``costmodel.profiling.embedding.time_points``)
+    and its fastest backward + sparse SGD of ``rounds`` passes (one pass's noise here was ~30%:
+    allocator page faults come and go, other processes share the L3)."""
+    import torch
+
+    from costmodel.profiling.embedding import grid, time_points
+
+    points = grid(LOOKUP_DESIGN["rows"], LOOKUP_DESIGN["dims"], LOOKUP_DESIGN["poolings"], batch)
+    measured = time_points(points, rounds=rounds, seed=seed)
+    points = [p for p, _ in measured]  # the points reached (time_points has a deadline)
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(seed)
+    backward = np.min([[_backward_seconds(p, rng) for p in points] for _ in range(rounds)], axis=0)
+    return points, np.array([m.min_s for _, m in measured]), backward
+
+
+def cpu_lookup_profile(batch: int, rounds: int = 3, seed: int = 0, sort=None, world: int = 1) -> LookupProfile:
     """This CPU's lookup profile: an ``EmbeddingBagPredictor`` fitted on EmbeddingBag forwards, a
     ``SparseBackwardPredictor`` on the miniature's backward + sparse SGD, both timed here over
     :data:`LOOKUP_DESIGN` (``batch`` bags each, the fastest of ``rounds`` passes), the caches read from
     sysfs, and the backward's held-out MAPE (%) of the sort-aware predictor and of the forward-count one
-    it replaces (fitted on a seeded half of the points, scored on the other half).
+    it replaces (fitted on a seeded half of the points, scored on the other half). With ``world`` > 1 the
+    timings are taken in ``world`` processes at once (:func:`in_processes`, the mean over them), under
+    the neighbours' load the miniature's ranks see.
 
     The forward is the fit ``parplan profile run --ops embedding_bag`` + ``lookup_model_from_profile`` give,
     on the miniatures' table sizes. The backward is measured too because the miniature's (autograd's
@@ -305,23 +353,21 @@ def cpu_lookup_profile(batch: int, rounds: int = 3, seed: int = 0, sort=None) ->
     """
     import torch
 
-    from costmodel.profiling.embedding import DISTRIBUTIONS, cpu_caches, grid, time_points
+    from costmodel.profiling.embedding import DISTRIBUTIONS, cpu_caches
     from costmodel.recsys.embedding import CPU_LINE_BYTES, EmbeddingBagPredictor
     from costmodel.recsys.lookup_fit import CPU_NOMINAL_BANDWIDTH, TimedLookup, columns
     from costmodel.recsys.sparse_backward import SparseBackwardPredictor
 
-    points = grid(LOOKUP_DESIGN["rows"], LOOKUP_DESIGN["dims"], LOOKUP_DESIGN["poolings"], batch)
-    measured = time_points(points, rounds=rounds, seed=seed)
-    points = [p for p, _ in measured]  # the points reached (time_points has a deadline)
-    timed = [TimedLookup(DISTRIBUTIONS[p.distribution], p.rows, p.dim, p.pooling, p.batch, m.min_s)
-             for p, m in measured]
+    runs = (in_processes(lookup_timings, world, batch, rounds, seed) if world > 1
+            else [lookup_timings(batch, rounds, seed)])
+    reached = min(len(points) for points, _, _ in runs)  # time_points has a deadline
+    points = runs[0][0][:reached]
+    forward = np.mean([f[:reached] for _, f, _ in runs], axis=0)
+    backward = np.mean([b[:reached] for _, _, b in runs], axis=0)
+    timed = [TimedLookup(DISTRIBUTIONS[p.distribution], p.rows, p.dim, p.pooling, p.batch, s)
+             for p, s in zip(points, forward)]
     caches = cpu_caches()
     X = columns(timed, caches, aware=True)
-    torch.set_num_threads(1)
-    rng = np.random.default_rng(seed)
-    # the fastest of `rounds` passes, as the forwards: one pass's noise here was ~30% (allocator page faults
-    # come and go, other processes share the L3)
-    backward = np.min([[_backward_seconds(p, rng) for p in points] for _ in range(rounds)], axis=0)
     sort = sort if sort is not None else cpu_sort_costs()
 
     def predictor():
@@ -333,6 +379,6 @@ def cpu_lookup_profile(batch: int, rounds: int = 3, seed: int = 0, sort=None) ->
                         ("forward_counts", predictor())):
         fitted = model.fit(X[half], backward[half])
         held_out[name] = float(100 * np.mean(np.abs(fitted.predict(X[~half]) / backward[~half] - 1)))
-    return LookupProfile(forward=predictor().fit(X, np.array([t.seconds for t in timed])),
+    return LookupProfile(forward=predictor().fit(X, forward),
                          backward=SparseBackwardPredictor(sort, caches.near_bytes).fit(X, backward), caches=caches,
                          held_out=held_out, backward_forward_counts=predictor().fit(X, backward))

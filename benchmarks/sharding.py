@@ -163,7 +163,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- part 2: measured miniatures ---------------------------------------------------------------------
-def miniature_part(count: int, seed: int, host: bool = True, dense_kernel: bool = True) -> dict[str, Any]:
+def miniature_part(count: int, seed: int, host: bool = True, dense_kernel: bool = True,
+                   concurrent: bool = True) -> dict[str, Any]:
     from benchmarks._sharding_hardware import (
         cpu_cluster, cpu_dense_kernel_costs, cpu_host_costs, cpu_lookup_profile, cpu_sort_costs,
     )
@@ -174,7 +175,7 @@ def miniature_part(count: int, seed: int, host: bool = True, dense_kernel: bool 
     rows = []
     batch = 2048
     sort = cpu_sort_costs()
-    profile = cpu_lookup_profile(batch, sort=sort)
+    profile = cpu_lookup_profile(batch, sort=sort, world=2 if concurrent else 1)
     held = profile.held_out
     print(f"sort unit costs: {sort}; backward + SGD held-out MAPE: sort-aware {held['sparse_backward']:.1f}%, "
           f"forward counts {held['forward_counts']:.1f}%", flush=True)
@@ -189,7 +190,7 @@ def miniature_part(count: int, seed: int, host: bool = True, dense_kernel: bool 
         if world not in cluster_of:
             cluster_of[world] = cpu_cluster(world)
             if dense_kernel:  # the data-parallel tables' dense gradient (costmodel.recsys.dense_kernel)
-                dense_kernel_of[world] = cpu_dense_kernel_costs(world)
+                dense_kernel_of[world] = cpu_dense_kernel_costs(world, concurrent=concurrent)
                 print(f"dense-kernel unit costs ({world} ranks): {dense_kernel_of[world]}", flush=True)
         cluster = cluster_of[world]
         cost_model = {**base_model, **({"dense_kernel": dense_kernel_of[world]} if dense_kernel else {})}
@@ -310,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="miniatures: leave the host work around the all-to-alls out of parplan's model")
     parser.add_argument("--no-dense-kernel", action="store_true",
                         help="miniatures: price the data-parallel tables' dense gradient as bytes (the previous model)")
+    parser.add_argument("--alone", action="store_true",
+                        help="miniatures: time the lookup profile and dense-kernel costs in one process, not two at once")
     parser.add_argument("--json", action="store_true", help="print the JSON of every figure at the end")
     args = parser.parse_args(argv)
     if not available():
@@ -322,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out["planning"]["summary"], indent=1))
     if args.miniatures and not args.skip_miniatures:
         out["miniatures"] = miniature_part(args.miniatures, args.seed, host=not args.no_host,
-                                           dense_kernel=not args.no_dense_kernel)
+                                           dense_kernel=not args.no_dense_kernel, concurrent=not args.alone)
         print(json.dumps(out["miniatures"]["summary"], indent=1))
     if args.json:
         print(json.dumps(out, default=float))
