@@ -63,6 +63,7 @@ __all__ = [
     "prefetch_layers",
     "sharded_pass_seconds",
     "sharding_settings",
+    "slowed_compute_seconds",
     "zero3_microbatch_seconds",
 ]
 
@@ -334,6 +335,11 @@ def bucketed_reduce_exposed_s(backward_s: float, sync_s: float, bucket_s: float,
     return max(bucket_s, overlapped_seconds(backward_s, sync_s, slowdown) - backward_s)
 
 
+def slowed_compute_seconds(compute_s: float, comm_s: float, slowdown: float = NCCL_COMPUTE_SLOWDOWN) -> float:
+    """When compute started with a collective ends: it runs ``1 + slowdown`` slower while they overlap."""
+    return compute_s + min(comm_s, compute_s * (1 + slowdown)) * slowdown / (1 + slowdown)
+
+
 def overlapped_seconds(compute_s: float, comm_s: float, slowdown: float = NCCL_COMPUTE_SLOWDOWN) -> float:
     """Compute and one collective started together: compute runs ``1 + slowdown`` slower while it overlaps."""
-    return max(comm_s, compute_s + min(comm_s, compute_s * (1 + slowdown)) * slowdown / (1 + slowdown))
+    return max(comm_s, slowed_compute_seconds(compute_s, comm_s, slowdown))

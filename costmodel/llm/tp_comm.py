@@ -20,7 +20,11 @@ while the next chunk arrives (the local chunk first, so only per-step excess sho
 chunk's GEMM (the last chunk's reduce-scatter is the drain); *bulk* runs a whole collective
 beside an independent GEMM. A chunk GEMM is timed at its own shape (a smaller GEMM runs
 less efficiently); the exposed time is everything beyond the un-split GEMMs the stage already
-books. The userbuffer kernels occupy ``num_sm`` SMs, which the GEMM beside them loses.
+books. The userbuffer kernels occupy ``num_sm`` SMs, which the GEMM beside them loses: for the
+GEMM's whole length where TE launches it with an SM margin (``Framework.tp_comm_sm_margin``,
+``set_sm_margin``: TE >= 2.0 for pipeline and bulk), otherwise only while the comm kernel runs
+(TE 1.x: no margin, the GEMM takes every SM and shares them with the comm kernel while it is
+resident).
 
 FP8 recipes all-gather FP8 activations and output gradients (1 byte) and reduce-scatter in
 bf16: TE quantises before ``gather_along_first_dim(..., quantizer=...)`` in layernorm_linear.py
@@ -37,7 +41,7 @@ from typing import Final
 from costmodel.llm.messages import BF16, activation_bytes, activation_wire_bytes, rank_tokens
 from costmodel.ops import gemm
 from costmodel.llm.recompute import layer_recompute_fraction, recompute_policy
-from costmodel.llm.sharding import NCCL_COMPUTE_SLOWDOWN, overlapped_seconds
+from costmodel.llm.sharding import NCCL_COMPUTE_SLOWDOWN, overlapped_seconds, slowed_compute_seconds
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
 
@@ -61,7 +65,10 @@ class UbMethod:
 # @d0067d0d transformer_engine/pytorch/module/base.py initialize_ub: ``methods`` and
 # ``get_default_config``: num_sm 1 for ring_exchange (copy engine, no SM margin), 16 otherwise;
 # num_splits tp for ring_exchange, 4 for pipeline). Megatron-Core passes no ub_cfgs unless
-# --tp-comm-overlap-cfg is given, so these defaults are what --tp-comm-overlap runs.
+# --tp-comm-overlap-cfg is given, so these defaults are what --tp-comm-overlap runs. TE v1.7's
+# defaults are the same splits and 16 SMs for pipeline and bulk (add_ub(num_sm=16, ...)); its ring
+# exchange also names 16 but moves data by copy engine (use_ce = 1 in csrc/comm_gemm_overlap.h
+# UbufP2PCommOverlap), so 1 stands for it there too. Only the SM margin differs (tp_comm_sm_margin).
 UB_METHODS: Final[dict[str, UbMethod]] = {
     "qkv_fprop": UbMethod("ring_exchange", 1, 0),
     "fc1_fprop": UbMethod("ring_exchange", 1, 0),
@@ -92,15 +99,20 @@ def ring_gather_seconds(chunk_gemm_s: float, chunk_p2p_s: float, chunks: int, sl
     return (chunks - 1) * overlapped_seconds(chunk_gemm_s, chunk_p2p_s, slowdown) + chunk_gemm_s
 
 
-def pipelined_scatter_seconds(chunk_gemm_s: float, chunk_rs_s: float, chunks: int, slowdown: float) -> float:
+def pipelined_scatter_seconds(chunk_gemm_s: float, chunk_rs_s: float, chunks: int, slowdown: float,
+                              margin: bool = True) -> float:
     """GEMM split in ``chunks`` whose reduce-scatters follow each chunk on one comm channel.
 
-    The GEMM runs on the SMs the comm kernel leaves (``slowdown``) throughout; the first
-    chunk's GEMM (fill) and the last chunk's reduce-scatter (drain) are never hidden.
+    ``margin``: the GEMM runs on the SMs the comm kernel leaves (``slowdown``) throughout;
+    otherwise a chunk is slowed only while an earlier chunk's reduce-scatter is in flight. The
+    first chunk's GEMM (fill) and the last chunk's reduce-scatter (drain) are never hidden.
     """
     gemm_end = comm_end = 0.0
     for _ in range(max(chunks, 1)):
-        gemm_end += chunk_gemm_s * (1 + slowdown)
+        if margin:
+            gemm_end += chunk_gemm_s * (1 + slowdown)
+        else:
+            gemm_end += slowed_compute_seconds(chunk_gemm_s, max(0.0, comm_end - gemm_end), slowdown)
         comm_end = max(comm_end, gemm_end) + chunk_rs_s
     return comm_end
 
@@ -177,7 +189,8 @@ def _forward_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective,
         return ring_gather_seconds(chunk, collective("send_recv", gathered / tp), tp, slow) - full
     splits = cfg.num_splits
     chunk = _gemm_seconds(timer, "fwd", tokens // splits, lin.n, lin.k, precision)
-    return pipelined_scatter_seconds(chunk, collective("reduce_scatter", reduced / splits), splits, slow) - full
+    return pipelined_scatter_seconds(chunk, collective("reduce_scatter", reduced / splits), splits, slow,
+                                     run.framework.tp_comm_sm_margin) - full
 
 
 def _backward_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, lin: _Linear) -> float:
@@ -204,10 +217,11 @@ def _backward_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective
         slow = sm_share_slowdown(cfg.num_sm, num_sms)
         return ring_gather_seconds(chunk, collective("send_recv", gathered / tp), tp, slow) - dgrad
     ag, rs = UB_METHODS[f"{lin.name}_dgrad"], UB_METHODS[f"{lin.name}_wgrad"]
-    return (bulk_seconds(dgrad, collective("all_gather", gathered), sm_share_slowdown(ag.num_sm, num_sms), True)
+    margin = run.framework.tp_comm_sm_margin
+    return (bulk_seconds(dgrad, collective("all_gather", gathered), sm_share_slowdown(ag.num_sm, num_sms), margin)
             - dgrad
             + bulk_seconds(wgrad, collective("reduce_scatter", reduced), sm_share_slowdown(rs.num_sm, num_sms),
-                           True) - wgrad)
+                           margin) - wgrad)
 
 
 def tp_layer_exposed_s(run: RunSpec, timer: OperatorTimer, collective: Collective, moe: bool = False) -> float:

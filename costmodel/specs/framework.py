@@ -22,7 +22,7 @@ from costmodel.specs.strategy import CUDA_GRAPH_SCOPES, PIPELINE_SCHEDULES, RECO
 
 DEFAULT_FRAMEWORK = "megatron-core"
 FRAMEWORK_NAMES = ("megatron-core", "nemo", "megatron-bridge", "torchtitan", "deepspeed", "maxtext", "automodel",
-                   "hai-llm", "megatron-lm-2021", "megatron-lm-2022", "nemo1")
+                   "hai-llm", "megatron-lm-2021", "megatron-lm-2022", "nemo1", "megatron-core-r0.8")
 DTYPES = ("fp32", "bf16")
 # Megatron-LM before Megatron-Core reduced fp16 runs' gradients in the parameter dtype (fp16).
 GRAD_DTYPES = (*DTYPES, "fp16")
@@ -161,6 +161,11 @@ class Framework:
     """Whether fp16 (loss-scaled) training is supported."""
     supports_tp_comm_overlap: bool = True
     """Whether the framework implements userbuffer TP-comm overlap at all."""
+    tp_comm_sm_margin: bool = True
+    """Whether userbuffers' ``pipeline`` and ``bulk`` overlaps launch their GEMM on the SMs the comm
+    kernel leaves, slower for the GEMM's whole length (``set_sm_margin``: Transformer Engine >= 2.0's
+    default for every method but ring exchange), rather than on all SMs, sharing them only while
+    the comm kernel runs (``set_sm_margin`` 0: Transformer Engine 1.x's default)."""
     supports_fp8: bool = True
     """Whether FP8 GEMMs exist in the framework (Transformer Engine or its own recipe)."""
     supports_flash_attention: bool = True
@@ -202,6 +207,7 @@ class Framework:
         require_int(f"{where}.cpu_offloading_num_layers", self.cpu_offloading_num_layers, minimum=0)
         for name in ("tp_comm_overlap", "main_grad_follows_reduce_dtype", "separate_master_weights",
                      "distributed_optimizer", "fp8_weight_cache", "fp8_param_gather", "supports_fp16", "supports_tp_comm_overlap",
+                     "tp_comm_sm_margin",
                      "moe_shared_expert_overlap", "moe_a2a_overlap", "fp8_activation_cache", "fsdp_defer_grad_sync",
                      "rope_fusion", "moe_expert_fusion", "supports_fp8", "supports_flash_attention",
                      "supports_grad_reduce_overlap", "supports_sequence_parallel", "supports_context_parallel",

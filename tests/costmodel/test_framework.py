@@ -59,7 +59,7 @@ def test_bad_framework_is_a_one_line_spec_error_naming_the_field(value: object, 
 
 
 @pytest.mark.parametrize(("label", "name"), [
-    ("NeMo 24.07 (Megatron-Core)", "nemo"), ("Megatron-Core r0.8.0 / Megatron-LM", "megatron-core"),
+    ("NeMo 24.07 (Megatron-Core)", "nemo"), ("Megatron-Core r0.8.0 / Megatron-LM", "megatron-core-r0.8"),
     ("Megatron-LM (2021)", "megatron-core"), ("torchtitan (PyTorch FSDP2)", "torchtitan"),
     ("Megatron-DeepSpeed", "deepspeed"), ("deepspeed", "deepspeed"), ("JAX/Pax", None),
 ])

@@ -100,3 +100,37 @@ def test_deterministic():
     first = _exposed(run)
     _exposed(_run(tp=2))
     assert _exposed(run) == first
+
+
+def test_pipelined_scatter_without_margin_slows_only_overlapped_chunks():
+    gemm, rs, slow = 1e-3, 0.4e-3, 0.2
+    no_margin = pipelined_scatter_seconds(gemm, rs, 4, slow, margin=False)
+    # the first chunk runs alone; each later chunk is slowed while the previous reduce-scatter runs
+    assert pipelined_scatter_seconds(gemm, rs, 4, 0.0) < no_margin < pipelined_scatter_seconds(gemm, rs, 4, slow)
+    assert no_margin == pytest.approx(4 * gemm + 3 * rs * slow / (1 + slow) + rs)
+
+
+def _framework_run(framework: str, tp: int):
+    """The Megatron-Core r0.8 GPT-70B row's shapes at ``tp`` (github.com/NVIDIA/Megatron-LM @f2e5db40 README table)."""
+    model = {"name": "GPT-70B", "num_layers": 84, "hidden_size": 8192, "num_attention_heads": 64,
+             "num_query_groups": 64, "ffn_hidden_size": 32768, "vocab_size": 131072, "seq_length": 4096,
+             "activation": "gelu", "normalization": "layernorm", "position_embedding": "learned"}
+    return run_spec_from_mapping({"model": model, "seq_length": 4096, "framework": framework,
+                                  "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 768},
+                                  "strategy": {"tp": tp, "pp": 1, "global_batch_size": 384,
+                                               "sequence_parallel": True, "tp_comm_overlap": True}})
+
+
+@pytest.mark.parametrize("tp", [2, 8])
+def test_te1_userbuffers_without_sm_margin_expose_less_than_te2_defaults(tp):
+    te1 = _exposed(_framework_run("megatron-core-r0.8", tp))
+    te2 = _exposed(_framework_run("megatron-core", tp))
+    assert 0.0 < te1 < te2
+
+
+def test_te1_overlap_at_tp2_beats_no_overlap_by_a_clear_margin():
+    # TE 1.x bulk overlaps share the SMs only while the collective runs, so at tp 2 (GEMMs long
+    # against their collectives) overlap hides most of what the plain NCCL path exposes
+    run = _framework_run("megatron-core-r0.8", 2)
+    plain = _exposed(replace(run, strategy=replace(run.strategy, tp_comm_overlap=False)))
+    assert _exposed(run) < 0.5 * plain
