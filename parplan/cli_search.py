@@ -253,14 +253,15 @@ def _search_command(args: argparse.Namespace) -> int:
     run = baseline_run(args)
     counts = _counts(args, run)
     first = problem_from_args(args, counts[0], run)
-    _check_profile(args, first.gpu)
     # Imported once the cheap checks passed (start-up): search.budget brings the search results.
+    # The budget is checked before the profile, whose fit can take minutes.
     from threadpoolctl import threadpool_limits
 
     from search.budget import Budget, plan_counts
     from search.progress import SearchProgress
 
     budget = Budget(tokens=args.tokens, price_per_gpu_hour=args.price_per_gpu_hour, deadline_days=args.deadline_days)
+    _check_profile(args, first.gpu)
     args.baseline = run
     progress = SearchProgress(sys.stderr, live=None if not args.json else False)
     search = partial(_search_one, args=args, sampler=sampler, objective=objective, many=len(counts) > 1,

@@ -105,6 +105,17 @@ def test_missing_profile_is_checked_once_before_any_search(tmp_path: Path, monke
     assert code == 2 and len(err) == 1 and "--profile" in err[0]
 
 
+def test_budget_flags_are_checked_before_the_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # A profile may take minutes to fit: a budget flag error must not wait for it.
+    from parplan import cli_search
+
+    monkeypatch.setattr(cli_search, "_check_profile", lambda *a, **k: pytest.fail("profile checked first"))
+    code = main([*SEARCH, "--gpus", "8", "--deadline-days", "30", "--profile", str(tmp_path / "nothing")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "tokens" in err[0] and "--deadline-days" in err[0]
+
+
 def test_malformed_storage_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*SEARCH, "--gpus", "16", "--storage", "notaurl", "--study-name", "s"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
