@@ -63,8 +63,8 @@ def fa2_share_of_table(device: str, seq_length: int) -> float:
     """FlashAttention-2's throughput as a share of ``device``'s built-in attention table at ``seq_length``.
 
     1 where the table stands at FlashAttention-2's level (A100) or no figure says otherwise;
-    interpolated in log sequence length and held beyond the figure's range. The backward takes the
-    forward's share, as the table's level factor does (``costmodel.analytic``).
+    interpolated in log sequence length and held beyond the figure's range. This is the forward's
+    share; the backward has its own (``fa2_backward_share_of_table``).
     """
     fa2 = FA2_BELOW_TABLE_LEVEL.get(device)
     if fa2 is None:
