@@ -15,8 +15,10 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
-from constraints import check
+from constraints import check, rule_violations, stage_memory
+from constraints.feasibility import memory_violation
 from costmodel.specs.errors import SpecError
+from costmodel.specs.runspec import RunSpec
 from search.objective import OBJECTIVES, Evaluation, Evaluator
 from search.result import SearchResult
 from search.samplers import SAMPLERS, BaseSearcher, ExhaustiveSearcher, NSGAIISearcher, TPESearcher
@@ -132,17 +134,55 @@ def _memory_friendly_first(strategy: Any) -> tuple[Any, ...]:
 
 
 def first_fitting(problem: SearchProblem) -> Evaluation | None:
-    """Some strategy of ``problem`` that fits in memory (rules and memory only; no time), or ``None``."""
+    """The first strategy of ``problem``, most memory-friendly first, that fits (rules and memory only; no
+    time), or ``None``.
+
+    Memoised per problem in this process (``_FIRST_FITTING``): the infeasible problems of a study ask for
+    the same GPU counts (8 GPUs probes 16, 32, 64, ...; 16 GPUs probes 32, 64, ...), and a count where
+    nothing fits costs a check of every strategy of its space.
+    """
+    if problem in _FIRST_FITTING:
+        return _FIRST_FITTING[problem]
+    found = _first_fitting(problem)
+    if len(_FIRST_FITTING) >= _FIRST_FITTING_SIZE:
+        _FIRST_FITTING.pop(next(iter(_FIRST_FITTING)))
+    _FIRST_FITTING[problem] = found
+    return found
+
+
+_FIRST_FITTING: dict[SearchProblem, Evaluation | None] = {}
+_FIRST_FITTING_SIZE = 4096
+"""Problems remembered by :func:`first_fitting` (a result is a few hundred bytes; oldest dropped first)."""
+
+
+def _first_fitting(problem: SearchProblem) -> Evaluation | None:
     try:
         space = build_space(problem)
     except SpecError:
         return None
+    margin = problem.memory_margin
     for strategy in sorted(space, key=_memory_friendly_first):
-        verdict = check(problem.run(strategy), problem.memory_margin)
+        run = problem.run(strategy)
+        if not_fitting(run, margin):
+            continue
+        verdict = check(run, margin)
         if verdict.fits:
             return Evaluation(strategy, (), verdict.peak_memory_gib, verdict.usable_bytes / 2**30,
-                              memory_margin=problem.memory_margin)
+                              memory_margin=margin)
     return None
+
+
+def not_fitting(run: RunSpec, memory_margin: float = 0.0) -> bool:
+    """True when ``check(run, memory_margin)`` cannot fit, decided from the rules and the first pipeline
+    stage alone; False means "check it".
+
+    The peak is the largest stage's memory (``constraints.peak_stage_memory``), so a first stage over the
+    budget is a verdict without the other stages; in a memory scan most strategies miss at the first stage.
+    """
+    if rule_violations(run):
+        return True
+    usable = run.cluster.usable_memory_bytes
+    return memory_violation(stage_memory(run, 0), usable, run.cluster.gpu.name, memory_margin) is not None
 
 
 def _fits_on(problem: SearchProblem, count: int) -> Evaluation | None:
