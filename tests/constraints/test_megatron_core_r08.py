@@ -39,3 +39,15 @@ def test_r08_runs_the_distributed_optimizer_and_userbuffers_without_sm_margin() 
     fw = get_framework("megatron-core-r0.8")
     assert not fw.tp_comm_sm_margin and get_framework("megatron-core").tp_comm_sm_margin
     assert fw.exporter == "megatron"
+
+
+@pytest.mark.parametrize(("framework", "sharded"), [("megatron-core-r0.8", False), ("megatron-core", True)])
+def test_a_search_offers_parameter_sharding_only_where_the_framework_runs_it(framework: str, sharded: bool) -> None:
+    from parplan.api import search_problem
+    from search.space import build_space
+
+    problem, _ = search_problem({"model": "llama3.1-70b", "gpu": "h100-sxm5-80gb", "num_gpus": 768,
+                                 "global_batch_size": 384, "seq_length": 4096, "framework": framework})
+    choices = build_space(problem).choices
+    assert (3 in choices["zero_stage"]) is sharded
+    assert any(v for v in choices.get("hsdp_shard_size", (0,))) is sharded
