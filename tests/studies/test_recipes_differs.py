@@ -1,0 +1,29 @@
+"""benchmarks/recipes.py: a best strategy that differs from the recipe only in a switch says so."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import replace
+from pathlib import Path
+
+from costmodel.specs.runspec import run_spec_from_mapping
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _recipes():
+    spec = importlib.util.spec_from_file_location("recipes_bench", ROOT / "benchmarks" / "recipes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_a_tp_overlap_difference_is_listed_and_an_identical_strategy_is_not():
+    run = run_spec_from_mapping({"model": "llama3.1-70b", "seq_length": 4096,
+                                 "cluster": {"gpu": "h100-sxm5-80gb", "num_gpus": 64},
+                                 "strategy": {"tp": 8, "pp": 2, "global_batch_size": 64, "sequence_parallel": True,
+                                              "tp_comm_overlap": True}})
+    plain = replace(run.strategy, tp_comm_overlap=False)
+    bench = _recipes()
+    assert bench.differing_knobs(plain, run.strategy) == ["tp_comm_overlap True->False"]
+    assert bench.differing_knobs(run.strategy, run.strategy) == []
