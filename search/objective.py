@@ -213,25 +213,46 @@ def prewarm(runs: Iterable[RunSpec], timer: OperatorTimer) -> None:
 
 
 # -- Optuna glue ------------------------------------------------------------------------------
-def suggest_strategy(trial: Any, space: StrategySpace) -> Strategy:
+LegalTree = dict[tuple[Any, ...], tuple[list[Any], dict[Any, tuple[Any, ...]]]]
+"""``legal_values``' memo: layout-knob values picked so far -> (the next knob's legal values, the
+layouts that remain for each of them)."""
+
+
+def legal_values(space: StrategySpace, prefix: tuple[Any, ...], memo: LegalTree) -> tuple[list[Any], dict[Any, Any]]:
+    """The legal values of layout knob ``len(prefix)`` given the earlier knobs' ``prefix``, and per value the
+    layouts left (memoised in ``memo``: a search asks the same prefixes again and again)."""
+    hit = memo.get(prefix)
+    if hit is None:
+        candidates = space.layouts if not prefix else legal_values(space, prefix[:-1], memo)[1][prefix[-1]]
+        index = len(prefix)
+        groups: dict[Any, list[Any]] = {}
+        for lay in candidates:
+            groups.setdefault(lay[index], []).append(lay)
+        hit = memo[prefix] = (sorted(groups), {v: tuple(g) for v, g in groups.items()})
+    return hit
+
+
+def suggest_strategy(trial: Any, space: StrategySpace, memo: LegalTree | None = None) -> Strategy:
     """Ask ``trial`` for one legal strategy of ``space``.
 
     Each knob is declared with its fixed list of values over the whole space
     (``space.choices``), so the distributions never change between trials. A
     layout knob is then snapped to the nearest value that is legal given the
     knobs picked before it (log scale), so every trial is a legal strategy;
-    knobs with a single value are not asked.
+    knobs with a single value are not asked. ``memo`` keeps the legal values
+    per prefix between trials of one space (:func:`legal_values`).
     """
+    memo = {} if memo is None else memo
     picked: dict[str, Any] = {}
-    candidates = list(space.layouts)
-    for index, knob in enumerate(LAYOUT_KNOBS):
-        legal = sorted({lay[index] for lay in candidates})
+    prefix: tuple[Any, ...] = ()
+    for knob in LAYOUT_KNOBS:
+        legal = legal_values(space, prefix, memo)[0]
         if len(legal) == 1:  # dp always lands here: tp, pp and cp determine it
             value = legal[0]
         else:
             value = nearest(trial.suggest_categorical(knob, list(space.choices[knob])), legal)
         picked[knob] = value
-        candidates = [lay for lay in candidates if lay[index] == value]
+        prefix += (value,)
     for knob, values in space.settings:
         picked[knob] = values[0] if len(values) == 1 else trial.suggest_categorical(knob, list(values))
     return space.strategy(picked)
@@ -308,8 +329,10 @@ def objective_values(evaluation: Evaluation, objective: str = "time") -> float |
 def optuna_objective(evaluator: Evaluator, space: StrategySpace,
                      objective: str = "time") -> Callable[[Any], float | tuple[float, float]]:
     """An Optuna objective over ``space``: suggest, evaluate (memoised), record, return."""
+    memo: LegalTree = {}
+
     def run_trial(trial: Any) -> float | tuple[float, float]:
-        evaluation = evaluator.evaluate(suggest_strategy(trial, space))
+        evaluation = evaluator.evaluate(suggest_strategy(trial, space, memo))
         record(trial, evaluation, space)
         return objective_values(evaluation, objective)
 

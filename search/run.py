@@ -15,10 +15,8 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
-from constraints import check, rule_violations, stage_memory
-from constraints.feasibility import memory_violation
+from constraints import check
 from costmodel.specs.errors import SpecError
-from costmodel.specs.runspec import RunSpec
 from search.objective import OBJECTIVES, Evaluation, Evaluator
 from search.result import SearchResult
 from search.samplers import SAMPLERS, BaseSearcher, ExhaustiveSearcher, NSGAIISearcher, TPESearcher
@@ -162,27 +160,11 @@ def _first_fitting(problem: SearchProblem) -> Evaluation | None:
         return None
     margin = problem.memory_margin
     for strategy in sorted(space, key=_memory_friendly_first):
-        run = problem.run(strategy)
-        if not_fitting(run, margin):
-            continue
-        verdict = check(run, margin)
+        verdict = check(problem.run(strategy), margin)
         if verdict.fits:
             return Evaluation(strategy, (), verdict.peak_memory_gib, verdict.usable_bytes / 2**30,
                               memory_margin=margin)
     return None
-
-
-def not_fitting(run: RunSpec, memory_margin: float = 0.0) -> bool:
-    """True when ``check(run, memory_margin)`` cannot fit, decided from the rules and the first pipeline
-    stage alone; False means "check it".
-
-    The peak is the largest stage's memory (``constraints.peak_stage_memory``), so a first stage over the
-    budget is a verdict without the other stages; in a memory scan most strategies miss at the first stage.
-    """
-    if rule_violations(run):
-        return True
-    usable = run.cluster.usable_memory_bytes
-    return memory_violation(stage_memory(run, 0), usable, run.cluster.gpu.name, memory_margin) is not None
 
 
 def _fits_on(problem: SearchProblem, count: int) -> Evaluation | None:

@@ -36,14 +36,25 @@ def recipe_starts(space: StrategySpace, evaluator: Evaluator) -> list[Strategy]:
     """The fitting strategies nearest to each recipe in each allowed precision (distinct, in order)."""
     out: dict[Strategy, None] = {}
     for recipe in RECIPES:
+        layout = _nearest_layout(space, recipe)  # precision is a setting: one layout for every precision
         for precision in space.choices.get("precision", ("bf16",)):
-            strategy = _fit(_snap(space, {**recipe, "precision": precision}), space, evaluator)
+            strategy = _fit(_snap(space, {**recipe, "precision": precision}, layout), space, evaluator)
             if strategy is not None:
                 out[strategy] = None
     return list(out)
 
 
-def _snap(space: StrategySpace, recipe: dict[str, Any]) -> Strategy:
+def _snap(space: StrategySpace, recipe: dict[str, Any], layout: tuple[Any, ...] | None = None) -> Strategy:
+    """``recipe`` on the legal layout nearest to it (``layout``, when the caller found it already)."""
+    layout = _nearest_layout(space, recipe) if layout is None else layout
+    values = dict(zip(LAYOUT_KNOBS, layout, strict=True))
+    for knob, allowed in space.settings:
+        values[knob] = recipe[knob] if recipe.get(knob) in allowed else allowed[0]
+    return space.strategy(values)
+
+
+def _nearest_layout(space: StrategySpace, recipe: dict[str, Any]) -> tuple[Any, ...]:
+    """The legal layout nearest to ``recipe``'s degrees (log2 distance; the first of equals)."""
     def distance(layout: tuple[Any, ...]) -> float:
         total = 0.0
         for knob, value in zip(LAYOUT_KNOBS, layout, strict=True):
@@ -55,11 +66,7 @@ def _snap(space: StrategySpace, recipe: dict[str, Any]) -> Strategy:
                 total += abs(math.log2(value) - math.log2(recipe[knob])) * (2.0 if knob == "pp" else 1.0)
         return total
 
-    layout = min(space.layouts, key=distance)
-    values = dict(zip(LAYOUT_KNOBS, layout, strict=True))
-    for knob, allowed in space.settings:
-        values[knob] = recipe[knob] if recipe.get(knob) in allowed else allowed[0]
-    return space.strategy(values)
+    return min(space.layouts, key=distance)
 
 
 def _fit(strategy: Strategy, space: StrategySpace, evaluator: Evaluator) -> Strategy | None:
