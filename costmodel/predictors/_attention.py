@@ -8,6 +8,9 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 
 from costmodel.predictors._base import OperatorPredictor
 from costmodel.predictors._features import FAMILIES
+from costmodel.predictors._settings import REGRESSOR_SETTINGS
+
+_SETTINGS = REGRESSOR_SETTINGS["attention"]
 
 
 class AttentionPredictor(OperatorPredictor):
@@ -25,7 +28,7 @@ class AttentionPredictor(OperatorPredictor):
     peak_flops, hbm_bandwidth_bytes_per_s, num_sms : float, float, int
         Device physics (defaults: H100-SXM, as in ``GemmPredictor``).
     max_iter, learning_rate, max_leaf_nodes : int, float, int
-        Passed to ``HistGradientBoostingRegressor``.
+        Passed to ``HistGradientBoostingRegressor`` (defaults: ``_settings.REGRESSOR_SETTINGS``).
     random_state : int, RandomState or None
         Passed to the regressor.
     """
@@ -34,8 +37,9 @@ class AttentionPredictor(OperatorPredictor):
     shape_columns: ClassVar[tuple[str, ...]] = FAMILIES["attention"].shape_columns
 
     def __init__(self, peak_flops: float = 989.4e12, hbm_bandwidth_bytes_per_s: float = 3350e9,
-                 num_sms: int = 132, max_iter: int = 200, learning_rate: float = 0.1,
-                 max_leaf_nodes: int = 31, random_state: Any = None) -> None:
+                 num_sms: int = 132, max_iter: int = _SETTINGS["max_iter"],
+                 learning_rate: float = _SETTINGS["learning_rate"], max_leaf_nodes: int = _SETTINGS["max_leaf_nodes"],
+                 random_state: Any = None) -> None:
         self.peak_flops = peak_flops
         self.hbm_bandwidth_bytes_per_s = hbm_bandwidth_bytes_per_s
         self.num_sms = num_sms

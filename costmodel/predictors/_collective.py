@@ -8,6 +8,9 @@ from sklearn.ensemble import ExtraTreesRegressor
 
 from costmodel.predictors._base import OperatorPredictor
 from costmodel.predictors._features import FAMILIES
+from costmodel.predictors._settings import REGRESSOR_SETTINGS
+
+_SETTINGS = REGRESSOR_SETTINGS["collective"]
 
 
 class CollectivePredictor(OperatorPredictor):
@@ -33,7 +36,7 @@ class CollectivePredictor(OperatorPredictor):
     link_latency_s : float
         Latency of one ring step.
     n_estimators : int
-        Trees; 100 keep a batch prediction within a few milliseconds.
+        Trees (default, and why: ``_settings.REGRESSOR_SETTINGS``).
     random_state : int, RandomState or None
         Passed to the regressor.
     """
@@ -42,7 +45,8 @@ class CollectivePredictor(OperatorPredictor):
     shape_columns: ClassVar[tuple[str, ...]] = FAMILIES["collective"].shape_columns
 
     def __init__(self, op: str = "all_reduce", link_bandwidth_bytes_per_s: float = 450e9,
-                 link_latency_s: float = 3.4e-6, n_estimators: int = 100, random_state: Any = None) -> None:
+                 link_latency_s: float = 3.4e-6, n_estimators: int = _SETTINGS["n_estimators"],
+                 random_state: Any = None) -> None:
         self.op = op
         self.link_bandwidth_bytes_per_s = link_bandwidth_bytes_per_s
         self.link_latency_s = link_latency_s

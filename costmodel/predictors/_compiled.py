@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from costmodel.predictors._features import FAMILIES, design, log_roofline_s
+from costmodel.predictors._physics import check_op
 from costmodel.predictors._splines import SplineRidge, from_spline_ridge
 from costmodel.predictors._trees import TreeEnsemble, from_extra_trees, from_hist_gradient_boosting
 
@@ -59,13 +60,40 @@ class CompiledPredictor:
         return FAMILIES[self.kind].shape_columns
 
     def predict(self, X: ArrayLike) -> np.ndarray:
-        """Predicted latency in seconds of each row of shape columns ``X``."""
-        features, log_base = design(self.kind, self.physics, self.overhead_s, np.atleast_2d(np.asarray(X, float)))
+        """Predicted latency in seconds of each row of shape columns ``X``.
+
+        Raises
+        ------
+        ValueError
+            If ``X`` is not 2-D with at least the family's shape columns, or holds
+            a NaN or infinity (scikit-learn's estimators refuse them too).
+        """
+        X = self._shape_rows(X)
+        if X.shape[0] == 0:
+            return np.empty(0)
+        features, log_base = design(self.kind, self.physics, self.overhead_s, X)
         return np.exp(log_base - self.regressor.predict(features))
 
     def roofline_s(self, X: ArrayLike) -> np.ndarray:
-        """Roofline time (s) of the shapes in ``X``, without the fixed overhead."""
-        return np.exp(log_roofline_s(self.kind, self.physics, np.atleast_2d(np.asarray(X, float))))
+        """Roofline time (s) of the shapes in ``X``, without the fixed overhead (``X`` checked as in ``predict``)."""
+        X = self._shape_rows(X)
+        if X.shape[0] == 0:
+            return np.empty(0)
+        return np.exp(log_roofline_s(self.kind, self.physics, X))
+
+    def _shape_rows(self, X: ArrayLike) -> np.ndarray:
+        """``X`` as float64 rows, checked as the scikit-learn estimator's ``validate_data`` would."""
+        X = np.asarray(X, dtype=np.float64)
+        columns = self.shape_columns
+        if X.ndim != 2 or X.shape[1] < len(columns):
+            raise ValueError(f"The 'X' parameter must be a 2-D array with a row per operator and at least the "
+                             f"{len(columns)} shape columns ({', '.join(columns)}). Got shape {X.shape} instead.")
+        finite = np.isfinite(X)
+        if not finite.all():
+            row, column = np.argwhere(~finite)[0]
+            raise ValueError(f"The 'X' parameter must hold finite shapes. Got {X[row, column]} in row {row}, "
+                             f"column {column} instead ({int((~finite).sum())} non-finite value(s)).")
+        return X
 
     def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """``(arrays, meta)``: numeric arrays and JSON-able metadata that :meth:`from_arrays` reads back."""
@@ -81,13 +109,30 @@ class CompiledPredictor:
         Raises
         ------
         KeyError, ValueError
-            If the data is not a predictor this version writes.
+            If the data is not a predictor this version writes: an unknown family
+            or regressor, a device figure or overhead that is not a finite number,
+            or regressor arrays out of range or reading more columns than the
+            family's features give.
         """
         kind, physics = str(meta["kind"]), dict(meta["physics"])
         if kind not in FAMILIES or set(physics) != set(FAMILIES[kind].params):
             raise ValueError(f"not a compiled predictor of a known family: {kind!r}")
+        for name, value in physics.items():
+            if name == "op":
+                check_op(value)
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+                raise ValueError(f"device figure {name} = {str(value)[:80]!r} is not a finite number")
+        overhead = np.asarray(arrays["overhead_s"], dtype=np.float64)
+        if overhead.shape != (1,) or not np.isfinite(overhead[0]) or overhead[0] < 0:
+            raise ValueError(f"overhead_s {str(overhead)[:80]} is not one finite number >= 0")
         regressor = _REGRESSORS[meta["regressor"]].from_arrays(arrays)
-        return cls(kind, physics, float(arrays["overhead_s"][0]), regressor)
+        predictor = cls(kind, physics, float(overhead[0]), regressor)
+        # One probe row: the features must be finite and give every column the regressor reads.
+        features, _ = design(kind, physics, predictor.overhead_s, np.ones((1, len(predictor.shape_columns))))
+        if not np.isfinite(features).all() or regressor.min_features > features.shape[1]:
+            raise ValueError(f"the {kind} regressor reads {regressor.min_features} columns; its features give "
+                             f"{features.shape[1]} (finite: {bool(np.isfinite(features).all())})")
+        return predictor
 
 
 def compile_predictor(estimator: Any) -> CompiledPredictor:

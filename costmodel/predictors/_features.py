@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from costmodel.predictors._physics import bus_factor, check_op, ring_steps
+from costmodel.predictors._physics import attention_bytes, bus_factor, check_op, gemm_bytes, ring_steps
 
 __all__ = ["FAMILIES", "FamilyPhysics", "clip_shapes", "design", "log_roofline_s", "log_waves"]
 
@@ -56,7 +56,7 @@ def gemm_features(shapes: np.ndarray, peak_flops: float, hbm_bandwidth_bytes_per
     """Columns m, n, k: log sizes, FLOPs, bytes, intensity, roofline, and per tile the waves and fill."""
     m, n, k = shapes.T
     log_flops = np.log(2.0) + np.log(m) + np.log(n) + np.log(k)
-    log_bytes = np.log(bytes_per_element * (m * k + n * k) + 2.0 * m * n)
+    log_bytes = np.log(gemm_bytes(m, n, k, bytes_per_element))
     log_compute = log_flops - np.log(peak_flops)
     log_memory = log_bytes - np.log(hbm_bandwidth_bytes_per_s)
     log_roofline = np.maximum(log_compute, log_memory)
@@ -74,7 +74,7 @@ def attention_features(shapes: np.ndarray, peak_flops: float, hbm_bandwidth_byte
     """Columns batch, seq, heads, kv_heads, head_dim: logs, GQA ratio, FLOPs, bytes, roofline, waves."""
     batch, seq, heads, kv_heads, head_dim = shapes.T
     log_flops = (np.log(2.0) + np.log(batch) + np.log(heads) + 2.0 * np.log(seq) + np.log(head_dim))
-    log_bytes = np.log(2.0 * batch * seq * head_dim * (2.0 * heads + 2.0 * kv_heads))
+    log_bytes = np.log(attention_bytes(batch, seq, heads, kv_heads, head_dim))
     log_compute = log_flops - np.log(peak_flops)
     log_memory = log_bytes - np.log(hbm_bandwidth_bytes_per_s)
     log_roofline = np.maximum(log_compute, log_memory)

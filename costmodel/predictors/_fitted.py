@@ -10,9 +10,11 @@ profile's few hundred rows).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
+import os
 import re
 import time
 from dataclasses import dataclass, replace
@@ -28,6 +30,7 @@ from costmodel.predictors._physics import check_op
 from costmodel.predictors._range import RANGE_MARGIN
 from costmodel.predictors._sampling import grid_outliers, light_sample
 from costmodel.predictors._scoring import FamilyError, score_family
+from costmodel.predictors._settings import REGRESSOR_SETTINGS
 from costmodel.profiles.profile import COLLECTIVE_OPS, Profile
 from costmodel.specs.errors import SpecError
 from costmodel.specs.gpu import GPUSpec
@@ -38,8 +41,8 @@ if TYPE_CHECKING:
 __all__ = ["CODE_VERSION", "FITTED_DIR", "RANGE_MARGIN", "FittedProfile", "device_gpu", "fit_profile",
            "fitted_profile", "forget_fitted", "store_fitted"]
 
-# Bump when features, regressors (their default settings included), the sampling code or the stored
-# arrays change: it is part of the cache key.
+# Bump when the stored arrays' layout changes. Edits to this package's code (features, regressors,
+# exporters, sampling, scoring) change the cache key by themselves: it hashes their source.
 CODE_VERSION: Final = "4"
 # Where ``parplan profile fit`` writes its held-out report (data only), inside the profile's directory.
 FITTED_DIR: Final = "fitted"
@@ -51,6 +54,8 @@ _SEED: Final = 0
 # Cache keys of fitted profiles start with this (the data-only store holds other kinds of entries too).
 _KEY_PREFIX: Final = "fitted"
 _MEMO: dict[str, FittedProfile] = {}
+# The modules whose source enters the cache key: every module of this package.
+_SOURCE_DIR: Path = Path(__file__).parent
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class _Family:
     columns: tuple[str, ...]
     where: tuple[tuple[str, Any], ...]  # (column, value) pairs selecting its rows, e.g. (("op", "all_reduce"),)
     kind: str  # gemm, attention, memory or collective (``_features.FAMILIES``)
-    params: dict[str, Any]  # the estimator's constructor arguments
+    params: dict[str, Any]  # the estimator's constructor arguments, every one of them (the cache key holds them)
 
     def estimator(self) -> OperatorPredictor:
         """A fresh, unfitted estimator of this family (imports scikit-learn)."""
@@ -392,7 +397,8 @@ def fitted_profile(profile: Profile, gpu: GPUSpec | None) -> FittedProfile:
     only); a cache hit neither unpickles anything nor imports scikit-learn.
     Nothing is read from the profile's own directory but its tables and
     metadata. The cache key is the profile's content hash, every estimator's
-    constructor arguments (the device figures its features use included),
+    constructor arguments (the device figures its features use and the
+    regressor settings included), the source of this package's modules,
     ``CODE_VERSION`` and the installed scikit-learn version (a refit with
     another version could differ).
     """
@@ -470,30 +476,49 @@ def cache_key(profile: Profile, gpu: GPUSpec | None) -> str:
     """File-name-safe cache key of ``profile`` fitted for ``gpu``.
 
     Only the figures the estimators use enter the key, so that a profile
-    carrying all its own physics has one key whatever the run's GPU.
+    carrying all its own physics has one key whatever the run's GPU. The
+    source of this package's modules enters it too, so that an edited feature,
+    regressor or exporter misses the cache instead of serving an older fit.
     """
     layout = _family_layout(profile, device_gpu(profile, gpu))
     estimators = {family: {"kind": spec.kind, **spec.params} for family, spec in layout.items()}
     blob = json.dumps({"profile": profile.content_hash, "code": CODE_VERSION, "estimators": estimators,
+                       "source": _source_digest(_SOURCE_DIR),
                        "sklearn": importlib.metadata.version("scikit-learn")}, sort_keys=True, default=str)
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", profile.device)[:40]
     return f"{_KEY_PREFIX}-{slug}-{hashlib.sha256(blob.encode()).hexdigest()[:32]}"
 
 
+@functools.lru_cache(maxsize=4)
+def _source_digest(directory: Path) -> str:
+    """SHA-256 over the names and text of the ``.py`` modules in ``directory`` (read once per process).
+
+    A module that cannot be read gives a digest of this process alone, so
+    that nothing cached by another process is trusted.
+    """
+    digest = hashlib.sha256()
+    try:
+        for path in sorted(directory.glob("*.py")):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    except OSError:
+        return os.urandom(16).hex()
+    return digest.hexdigest()
+
+
 def _family_layout(profile: Profile, gpu: GPUSpec) -> dict[str, _Family]:
-    """Families this profile and GPU can fit, with unfitted estimators."""
+    """Families this profile and GPU can fit, with unfitted estimators (every constructor argument given)."""
     bandwidth, sms = gpu.hbm_bandwidth_bytes_per_s, gpu.num_sms
     out: dict[str, _Family] = {}
     for dtype, (table, element_bytes) in _GEMM_DTYPES.items():
         if table in profile.tables and gpu.supports(dtype):
             out[table] = _Family(table, ("m", "n", "k"), (), "gemm", {
                 "peak_flops": gpu.peak(dtype), "hbm_bandwidth_bytes_per_s": bandwidth, "num_sms": sms,
-                "bytes_per_element": element_bytes, "random_state": _SEED})
+                "bytes_per_element": element_bytes, **REGRESSOR_SETTINGS["gemm"], "random_state": _SEED})
     for table in _ATTENTION_TABLES:
         if table in profile.tables and gpu.supports("bf16"):
             out[table] = _Family(table, _ATTENTION_COLUMNS, (("causal", True),), "attention", {
                 "peak_flops": gpu.peak("bf16"), "hbm_bandwidth_bytes_per_s": bandwidth, "num_sms": sms,
-                "random_state": _SEED})
+                **REGRESSOR_SETTINGS["attention"], "random_state": _SEED})
     if "memory" in profile.tables:
         memory = profile.tables["memory"]
         for kind, phase in sorted(set(zip(memory["kind"].tolist(), memory["phase"].tolist()))):
@@ -503,13 +528,14 @@ def _family_layout(profile: Profile, gpu: GPUSpec) -> dict[str, _Family]:
             out[f"memory_{kind}_{phase}"] = _Family(
                 "memory", ("elements",), (("kind", kind), ("phase", phase)), "memory",
                 {"bytes_per_element": max(per_element, 1e-3), "hbm_bandwidth_bytes_per_s": bandwidth,
-                 "random_state": _SEED})
+                 **REGRESSOR_SETTINGS["memory"], "random_state": _SEED})
     if "nccl" in profile.tables:
         present = set(profile.tables["nccl"]["op"].tolist())
         for op in COLLECTIVE_OPS:
             if op in present:
                 out[f"nccl_{op}"] = _Family("nccl", _COLLECTIVE_COLUMNS, (("op", op),), "collective", {
                     "op": op, "link_bandwidth_bytes_per_s": gpu.intra_node_bandwidth_bytes_per_s,
-                    "link_latency_s": gpu.intra_node_latency_s, "random_state": _SEED})
+                    "link_latency_s": gpu.intra_node_latency_s, **REGRESSOR_SETTINGS["collective"],
+                    "random_state": _SEED})
     return out
 

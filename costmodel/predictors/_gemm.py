@@ -8,6 +8,9 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 
 from costmodel.predictors._base import OperatorPredictor
 from costmodel.predictors._features import FAMILIES
+from costmodel.predictors._settings import REGRESSOR_SETTINGS
+
+_SETTINGS = REGRESSOR_SETTINGS["gemm"]
 
 
 class GemmPredictor(OperatorPredictor):
@@ -34,9 +37,8 @@ class GemmPredictor(OperatorPredictor):
     bytes_per_element : float
         Input element size: 2 for bf16/fp16, 1 for fp8.
     max_iter, learning_rate, max_leaf_nodes : int, float, int
-        Passed to ``HistGradientBoostingRegressor``. Each round costs about
-        15 us per predict call, so 100 rounds keep a 200-shape batch near
-        1.5 ms; 200 rounds at half the rate were no more accurate.
+        Passed to ``HistGradientBoostingRegressor`` (defaults, and why:
+        ``_settings.REGRESSOR_SETTINGS``).
     random_state : int, RandomState or None
         Passed to the regressor.
     """
@@ -45,8 +47,9 @@ class GemmPredictor(OperatorPredictor):
     shape_columns: ClassVar[tuple[str, ...]] = FAMILIES["gemm"].shape_columns
 
     def __init__(self, peak_flops: float = 989.4e12, hbm_bandwidth_bytes_per_s: float = 3350e9,
-                 num_sms: int = 132, bytes_per_element: float = 2.0, max_iter: int = 100,
-                 learning_rate: float = 0.2, max_leaf_nodes: int = 31, random_state: Any = None) -> None:
+                 num_sms: int = 132, bytes_per_element: float = 2.0,
+                 max_iter: int = _SETTINGS["max_iter"], learning_rate: float = _SETTINGS["learning_rate"],
+                 max_leaf_nodes: int = _SETTINGS["max_leaf_nodes"], random_state: Any = None) -> None:
         self.peak_flops = peak_flops
         self.hbm_bandwidth_bytes_per_s = hbm_bandwidth_bytes_per_s
         self.num_sms = num_sms

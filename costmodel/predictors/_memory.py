@@ -10,6 +10,9 @@ from sklearn.preprocessing import SplineTransformer
 
 from costmodel.predictors._base import OperatorPredictor
 from costmodel.predictors._features import FAMILIES
+from costmodel.predictors._settings import REGRESSOR_SETTINGS
+
+_SETTINGS = REGRESSOR_SETTINGS["memory"]
 
 
 class MemoryPredictor(OperatorPredictor):
@@ -35,8 +38,7 @@ class MemoryPredictor(OperatorPredictor):
     n_knots : int
         Spline knots over the sampled range of each feature.
     alpha : float
-        Ridge penalty on the spline weights (1.0 was steadier than 1e-3 or 0.1 on
-        held-out CPU rows of each kind with 3-10 training rows; 10 underfits).
+        Ridge penalty on the spline weights (defaults, and why: ``_settings.REGRESSOR_SETTINGS``).
     random_state : int, RandomState or None
         Unused (the fit is deterministic); kept for the common contract.
     """
@@ -45,7 +47,8 @@ class MemoryPredictor(OperatorPredictor):
     shape_columns: ClassVar[tuple[str, ...]] = FAMILIES["memory"].shape_columns
 
     def __init__(self, bytes_per_element: float = 4.0, hbm_bandwidth_bytes_per_s: float = 3350e9,
-                 n_knots: int = 4, alpha: float = 1.0, random_state: Any = None) -> None:
+                 n_knots: int = _SETTINGS["n_knots"], alpha: float = _SETTINGS["alpha"],
+                 random_state: Any = None) -> None:
         self.bytes_per_element = bytes_per_element
         self.hbm_bandwidth_bytes_per_s = hbm_bandwidth_bytes_per_s
         self.n_knots = n_knots

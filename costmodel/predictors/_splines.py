@@ -62,9 +62,23 @@ class SplineRidge:
         out[np.isnan(x)] = np.nan
         return out
 
+    @property
+    def min_features(self) -> int:
+        """Columns an input must have: one per knot vector."""
+        return int(self.knots.shape[0])
+
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """The fitted curve at the rows of ``X`` (n_samples, n_features)."""
+        """The fitted curve at the rows of ``X`` (n_samples, n_features).
+
+        Raises
+        ------
+        ValueError
+            If ``X`` is not 2-D with at least ``min_features`` columns.
+        """
         X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] < self.min_features:
+            raise ValueError(f"The 'X' parameter must be 2-D with at least {self.min_features} columns. "
+                             f"Got shape {X.shape} instead.")
         design = np.hstack([self.basis(X[:, i], t) for i, t in enumerate(self.knots)])
         return design @ self.coef + self.intercept
 
@@ -75,10 +89,27 @@ class SplineRidge:
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> SplineRidge:
-        """The curve :meth:`to_arrays` wrote."""
-        intercept, degree = arrays["scalars"].tolist()
-        return cls(arrays["knots"].astype(np.float64), arrays["coef"].astype(np.float64), float(intercept),
-                   int(degree))
+        """The curve :meth:`to_arrays` wrote.
+
+        Raises
+        ------
+        KeyError, ValueError
+            If an array is missing, not finite floats, of the wrong shape (``coef``
+            one weight per basis function of every knot vector), the degree not a
+            whole number the knots allow, or a knot vector decreasing.
+        """
+        knots, coef, scalars = arrays["knots"], arrays["coef"], arrays["scalars"]
+        if knots.ndim != 2 or coef.ndim != 1 or scalars.shape != (2,) \
+                or any(a.dtype.kind != "f" or not np.isfinite(a).all() for a in (knots, coef, scalars)):
+            raise ValueError(f"spline arrays knots {knots.shape}, coef {coef.shape}, scalars {scalars.shape} are "
+                             f"not finite floats of the shapes written")
+        intercept, degree = scalars.tolist()
+        n_basis = knots.shape[1] - int(degree) - 1
+        if degree != int(degree) or degree < 0 or n_basis < 1 or knots.shape[0] < 1 \
+                or coef.size != knots.shape[0] * n_basis or (np.diff(knots, axis=1) < 0).any():
+            raise ValueError(f"spline of degree {degree} with knots {knots.shape} and {coef.size} weights is not "
+                             f"one this version writes")
+        return cls(knots.astype(np.float64), coef.astype(np.float64), float(intercept), int(degree))
 
 
 def from_spline_ridge(pipeline: Any) -> SplineRidge:

@@ -63,9 +63,24 @@ class TreeEnsemble:
         object.__setattr__(self, "_order", order)
         object.__setattr__(self, "_levels", levels.tolist())
 
+    @property
+    def min_features(self) -> int:
+        """Columns an input must have: one more than the highest feature any node reads."""
+        return int(self.feature.max(initial=-1)) + 1
+
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """The ensemble's output for each row of ``X`` (n_samples, n_features), float64."""
+        """The ensemble's output for each row of ``X`` (n_samples, n_features), float64.
+
+        Raises
+        ------
+        ValueError
+            If ``X`` is not 2-D with at least ``min_features`` columns (a narrower
+            input would read another sample's values through the flat index).
+        """
         X = np.asarray(X, dtype=np.float32 if self.float32_inputs else np.float64)
+        if X.ndim != 2 or X.shape[1] < self.min_features:
+            raise ValueError(f"The 'X' parameter must be 2-D with at least {self.min_features} columns. "
+                             f"Got shape {X.shape} instead.")
         rows = X.shape[0]
         by_feature = np.ascontiguousarray(X.T).ravel()  # feature f of sample i at f * rows + i
         has_nan = bool(np.isnan(by_feature).any())
@@ -96,12 +111,69 @@ class TreeEnsemble:
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> TreeEnsemble:
-        """The ensemble :meth:`to_arrays` wrote."""
+        """The ensemble :meth:`to_arrays` wrote.
+
+        Raises
+        ------
+        KeyError, ValueError
+            If an array is missing, of the wrong kind or length, or an index is out
+            of range (children, roots), a node is reached twice, or a stored depth
+            is not its tree's: a file this version did not write.
+        """
+        kinds = {"feature": "iu", "threshold": "f", "missing_left": "b", "children": "iu", "value": "f",
+                 "roots": "iu", "depths": "iu", "scalars": "f"}
+        for name, allowed in kinds.items():
+            if arrays[name].ndim != 1 or arrays[name].dtype.kind not in allowed:
+                raise ValueError(f"tree array {name}: {arrays[name].dtype} {arrays[name].shape} is not a 1-D "
+                                 f"array of kind {allowed!r}")
+        nodes, trees = arrays["value"].size, arrays["roots"].size
+        if nodes == 0 or trees == 0 or arrays["children"].size != 2 * nodes or arrays["depths"].size != trees \
+                or any(arrays[name].size != nodes for name in ("feature", "threshold", "missing_left")):
+            raise ValueError(f"tree arrays of inconsistent lengths for {nodes} nodes and {trees} trees")
+        feature, children, roots = (arrays[name].astype(np.intp) for name in ("feature", "children", "roots"))
+        if feature.min() < 0 or children.min() < 0 or children.max() >= nodes or roots.min() < 0 \
+                or roots.max() >= nodes:
+            raise ValueError("tree node indices (feature, children, roots) out of range")
+        if arrays["scalars"].size != 3 or not np.isfinite(arrays["scalars"]).all() \
+                or not np.isfinite(arrays["value"]).all():
+            raise ValueError("tree leaf values or scalars are not finite")
         start, divisor, float32_inputs = arrays["scalars"].tolist()
-        return cls(arrays["feature"].astype(np.intp), arrays["threshold"].astype(np.float64),
-                   arrays["missing_left"].astype(bool), arrays["children"].astype(np.intp),
-                   arrays["value"].astype(np.float64), arrays["roots"].astype(np.intp),
-                   arrays["depths"].astype(np.intp), float(start), float(divisor), bool(float32_inputs))
+        if divisor <= 0 or float32_inputs not in (0.0, 1.0):
+            raise ValueError(f"tree scalars divisor={divisor}, float32_inputs={float32_inputs} out of range")
+        depths = arrays["depths"].astype(np.intp)
+        if not np.array_equal(depths, _walked_depths(children, roots)):
+            raise ValueError("stored tree depths are not the trees' own")
+        return cls(feature, arrays["threshold"].astype(np.float64), arrays["missing_left"].astype(bool), children,
+                   arrays["value"].astype(np.float64), roots, depths, float(start), float(divisor),
+                   bool(float32_inputs))
+
+
+def _walked_depths(children: np.ndarray, roots: np.ndarray) -> np.ndarray:
+    """Each tree's depth, walking ``children`` (in range) from ``roots`` level by level.
+
+    Raises
+    ------
+    ValueError
+        If a node is reached twice (shared between trees, or a cycle), so the walk ends within the node count.
+    """
+    own = np.arange(children.size // 2)
+    leaf = (children[0::2] == own) & (children[1::2] == own)
+    seen = np.zeros(own.size, dtype=bool)
+    depths = np.zeros(roots.size, dtype=np.intp)
+    frontier, tree = roots, np.arange(roots.size)
+    level = 0
+    while frontier.size:
+        if np.unique(frontier).size != frontier.size or seen[frontier].any():
+            raise ValueError("a tree node is reached twice: not a forest")
+        seen[frontier] = True
+        inner = ~leaf[frontier]
+        frontier, tree = frontier[inner], tree[inner]
+        if frontier.size:
+            level += 1
+            depths[tree] = level
+            frontier = np.concatenate([children[2 * frontier], children[2 * frontier + 1]])
+            tree = np.concatenate([tree, tree])
+    return depths
 
 
 def _flatten(trees: list[dict[str, np.ndarray]], start: float, divisor: float,

@@ -29,8 +29,8 @@ class FitReport:
     ``unused`` lists the families whose fit is worse than the roofline on its
     held-out rows: predictions do not use them (unless the profile's metadata
     sets ``use_worse_fits: true``). ``stored`` is ``DIR/fitted/report.yaml``
-    (data only); ``cached`` the signed pickle in the user's private cache, or
-    None when that directory is not private.
+    (data only); ``cached`` the fit's data-only ``.npz`` (compiled arrays) in
+    the user's private cache, or None when that directory is not private.
     """
 
     fitted: FittedProfile
@@ -47,9 +47,10 @@ class FitReport:
 def fit_directory(path: str | Path, gpu: GPUSpec | None = None) -> FitReport:
     """Fit every family of the profile in ``path``; write ``fitted/report.yaml``; cache the fit privately.
 
-    Nothing but the report is written into the profile directory: fitted
-    estimators are pickles, and a profile folder may be shared, so they go
-    only to the user's private cache (``costmodel.predictors._cache``).
+    Nothing but the report is written into the profile directory: a profile
+    folder may be shared, so the fit (compiled arrays, data only) goes only to
+    the user's private cache (``costmodel.predictors._cache``), which is never
+    read from a folder another user could write.
 
     Parameters
     ----------

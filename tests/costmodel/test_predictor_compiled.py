@@ -122,3 +122,49 @@ def test_categorical_splits_are_not_exported():
     model = HistGradientBoostingRegressor(max_iter=5, categorical_features=[0], random_state=0).fit(X, y)
     with pytest.raises(ValueError, match="categorical"):
         from_hist_gradient_boosting(model)
+
+
+@pytest.mark.parametrize("bad", [[], [1.0, 2.0], [[]], [[[1.0]]]], ids=["empty-list", "1-d", "no-columns", "3-d"])
+def test_input_that_is_not_rows_of_shape_columns_is_refused(fitted, bad):
+    """As scikit-learn's validation would: no silent single prediction from ``[]`` or a 1-D row."""
+    _, estimator, _ = fitted
+    compiled = compile_predictor(estimator)
+    with pytest.raises(ValueError, match="'X' parameter must be a 2-D array"):
+        compiled.predict(bad)
+    with pytest.raises(ValueError, match="'X' parameter must be a 2-D array"):
+        compiled.roofline_s(bad)
+
+
+def test_too_few_columns_are_refused(fitted):
+    _, estimator, Q = fitted
+    compiled = compile_predictor(estimator)
+    with pytest.raises(ValueError, match=f"at least the {len(compiled.shape_columns)} shape columns"):
+        compiled.predict(Q[:, :-1])
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_non_finite_shapes_are_refused(fitted, value):
+    _, estimator, Q = fitted
+    compiled = compile_predictor(estimator)
+    bad = Q[:5].copy()
+    bad[3, 0] = value
+    with pytest.raises(ValueError, match=r"finite shapes\. Got (nan|inf|-inf) in row 3, column 0"):
+        compiled.predict(bad)
+    with pytest.raises(ValueError, match="finite shapes"):
+        compiled.roofline_s(bad)
+
+
+def test_an_empty_batch_gives_an_empty_answer(fitted):
+    _, estimator, Q = fitted
+    compiled = compile_predictor(estimator)
+    empty = np.empty((0, Q.shape[1]))
+    assert compiled.predict(empty).shape == (0,) and compiled.roofline_s(empty).shape == (0,)
+
+
+def test_a_regressor_given_too_few_columns_refuses_them(fitted):
+    """A narrower input would read another row's values through the trees' flat index."""
+    _, estimator, Q = fitted
+    regressor = compile_predictor(estimator).regressor
+    narrow = np.ones((4, regressor.min_features - 1))
+    with pytest.raises(ValueError, match=f"at least {regressor.min_features} columns"):
+        regressor.predict(narrow)
