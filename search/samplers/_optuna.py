@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import optuna
+from optuna.search_space.group_decomposed import _SearchSpaceGroup
 from optuna.trial import TrialState
 
 from search.objective import Evaluation, Evaluator, optuna_objective, stored_copy, strategy_from_attrs, working_copy
@@ -60,12 +61,15 @@ class HistorySeededSampler(optuna.samplers.BaseSampler):
     def __init__(self, make: Callable[[int], optuna.samplers.BaseSampler], seed: int) -> None:
         self._make, self._seed = make, seed
         self._inner = make(seed)
+        self._group_space = IncrementalGroupSearchSpace()
 
     def _trial_seed(self, study: Any) -> int:
         return int(np.random.SeedSequence([self._seed, finished(study)]).generate_state(1)[0])
 
     def before_trial(self, study: Any, trial: optuna.trial.FrozenTrial) -> None:
         self._inner = self._make(self._trial_seed(study))
+        if getattr(self._inner, "_group_decomposed_search_space", None) is not None:
+            self._inner._group_decomposed_search_space = self._group_space  # type: ignore[attr-defined]
         self._inner.before_trial(study, trial)
 
     def infer_relative_search_space(self, study: Any, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
@@ -85,6 +89,38 @@ class HistorySeededSampler(optuna.samplers.BaseSampler):
 
     def reseed_rng(self) -> None:
         self._inner.reseed_rng()
+
+
+class IncrementalGroupSearchSpace:
+    """Optuna's group-decomposed search space (``TPESampler(group=True)``), folded over the new trials only.
+
+    Optuna's ``_GroupDecomposedSearchSpace.calculate`` folds ``add_distributions`` over every complete
+    (and pruned) trial and deep-copies the result on each call, once per trial: 10% of a 200-trial
+    search, and growing with the trials. The fold is a left fold in trial order, so folding only the
+    trials appended since the last call gives the same groups; when the trials are not the last call's
+    followed by new ones (another study, a trial completed out of order) it folds from the start.
+    ``HistorySeededSampler`` hands one of these to each trial's fresh ``TPESampler``.
+    """
+
+    STATES: tuple[TrialState, ...] = (TrialState.COMPLETE, TrialState.PRUNED)  # Optuna's include_pruned=True
+
+    def __init__(self) -> None:
+        self._study: Any = None
+        self._numbers: list[int] = []
+        self._group = _SearchSpaceGroup()
+
+    def calculate(self, study: Any, use_cache: bool = False) -> _SearchSpaceGroup:
+        trials = study.get_trials(deepcopy=False, states=self.STATES)
+        numbers = [t.number for t in trials]
+        if study is not self._study or numbers[:len(self._numbers)] != self._numbers:
+            self._study, self._numbers, self._group = study, [], _SearchSpaceGroup()
+        for trial in trials[len(self._numbers):]:
+            self._group.add_distributions(trial.distributions)
+        self._numbers = numbers
+        # A copy the sampler may keep: its dicts are new, the distributions (which TPE only reads) shared.
+        copied = _SearchSpaceGroup()
+        copied._search_spaces = [dict(space) for space in self._group.search_spaces]
+        return copied
 
 
 class OptunaSearcher(BaseSearcher):

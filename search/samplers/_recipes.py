@@ -55,18 +55,30 @@ def _snap(space: StrategySpace, recipe: dict[str, Any], layout: tuple[Any, ...] 
 
 def _nearest_layout(space: StrategySpace, recipe: dict[str, Any]) -> tuple[Any, ...]:
     """The legal layout nearest to ``recipe``'s degrees (log2 distance; the first of equals)."""
+    terms: list[dict[Any, float] | None] = []  # per layout knob, each value's term (None: not counted)
+    for index, knob in enumerate(LAYOUT_KNOBS):
+        if knob == "dp" or knob not in recipe:  # a knob the recipe leaves to the space (etp)
+            terms.append(None)
+            continue
+        values = {lay[index] for lay in space.layouts}
+        terms.append({value: _term(knob, value, recipe[knob]) for value in values})
+    counted = [(index, table) for index, table in enumerate(terms) if table is not None]
+
     def distance(layout: tuple[Any, ...]) -> float:
         total = 0.0
-        for knob, value in zip(LAYOUT_KNOBS, layout, strict=True):
-            if knob == "dp" or knob not in recipe:  # a knob the recipe leaves to the space (etp)
-                continue
-            if isinstance(value, bool):
-                total += float(value != recipe[knob])
-            else:  # extra pipeline stages are the costliest way to fit (bubble): weighed double
-                total += abs(math.log2(value) - math.log2(recipe[knob])) * (2.0 if knob == "pp" else 1.0)
+        for index, table in counted:
+            total += table[layout[index]]
         return total
 
     return min(space.layouts, key=distance)
+
+
+def _term(knob: str, value: Any, wanted: Any) -> float:
+    """One knob's share of the distance from ``wanted`` to ``value``."""
+    if isinstance(value, bool):
+        return float(value != wanted)
+    # extra pipeline stages are the costliest way to fit (bubble): weighed double
+    return abs(math.log2(value) - math.log2(wanted)) * (2.0 if knob == "pp" else 1.0)
 
 
 def _fit(strategy: Strategy, space: StrategySpace, evaluator: Evaluator) -> Strategy | None:
