@@ -161,11 +161,14 @@ def _walked_depths(children: np.ndarray, roots: np.ndarray) -> np.ndarray:
     seen = np.zeros(own.size, dtype=bool)
     depths = np.zeros(roots.size, dtype=np.intp)
     frontier, tree = roots, np.arange(roots.size)
-    level = 0
+    level = marked = 0
     while frontier.size:
-        if np.unique(frontier).size != frontier.size or seen[frontier].any():
-            raise ValueError("a tree node is reached twice: not a forest")
+        already = seen[frontier].any()
         seen[frontier] = True
+        # A node listed twice in one level marks fewer new nodes than the level holds.
+        if already or np.count_nonzero(seen) - marked != frontier.size:
+            raise ValueError("a tree node is reached twice: not a forest")
+        marked += frontier.size
         inner = ~leaf[frontier]
         frontier, tree = frontier[inner], tree[inner]
         if frontier.size:
