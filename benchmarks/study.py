@@ -6,11 +6,14 @@ target (issue 6) under 3 minutes on the 2-core CI machine. ``--problems 1000`` (
 grid at one batch size (a quicker look). The fitted predictors of both GPUs are loaded (fitted on a cold cache)
 before the clock starts, and that time is printed apart: it is paid once per machine, not per study.
 ``--backend dask --scheduler ADDRESS`` runs the problems on a running dask cluster instead of this machine's
-process pool.
+process pool. ``--sample N`` searches N problems of the study (drawn with a fixed seed) one after another in
+this process instead, and prints CPU seconds per problem (search, and the result row with its infeasibility
+explanation) and, with ``--profile``, the functions that cost most (cProfile; it slows Python code ~1.5x).
 
 Usage::
 
     python benchmarks/study.py [--problems 60|200|1000] [--n-jobs 2] [--trials N] [--out DIR]
+    python benchmarks/study.py --problems 1000 --sample 30 [--profile]
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scheduler", default=None, metavar="ADDRESS")
     parser.add_argument("--out", default=None, help="output folder (default: a temporary one, removed)")
     parser.add_argument("--no-report", action="store_true", help="skip the report (tables and plots)")
+    parser.add_argument("--sample", type=int, default=None, metavar="N",
+                        help="search N of the study's problems in this process, one after another (CPU per problem)")
+    parser.add_argument("--profile", action="store_true", help="with --sample: cProfile, top functions printed")
     args = parser.parse_args(argv)
     study, target_s = STUDIES[args.problems]
     trials = args.trials or study["search"]["trials"]
@@ -80,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     for gpu in spec.gpus:
         search_timer(get_gpu(gpu))  # fits and caches on disk when the cache is cold; workers then load it
     warm_s = time.perf_counter() - start
+    if args.sample:
+        return _sample(spec, args.sample, args.profile)
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out or Path(tmp) / "out")
@@ -111,6 +119,46 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_report:
         print(f"report (tables, markdown, plots): {report_s:.1f} s")
     return 0 if run_s < target_s else 1
+
+
+def _sample(spec: Any, n: int, profile: bool, seed: int = 1) -> int:
+    """Search ``n`` of ``spec``'s problems in this process; print CPU seconds per problem (and the profile)."""
+    import cProfile
+    import pstats
+    import random
+
+    from studies.problems import expand
+    from studies.solve import _row, search
+
+    problems = random.Random(seed).sample(list(expand(spec)), min(n, len(expand(spec))))
+    profiler = cProfile.Profile() if profile else None
+    searched = explained = 0.0
+    outcomes: dict[str, int] = {}
+    if profiler is not None:
+        profiler.enable()
+    for problem in problems:
+        start = time.process_time()
+        try:
+            result, _, _ = search(problem)
+        except Exception:  # noqa: BLE001 - an invalid problem costs its space building only
+            outcomes["invalid"] = outcomes.get("invalid", 0) + 1
+            searched += time.process_time() - start
+            continue
+        middle = time.process_time()
+        status = _row(result, spec.top_k)["status"]
+        outcomes[status] = outcomes.get(status, 0) + 1
+        searched, explained = searched + middle - start, explained + time.process_time() - middle
+    if profiler is not None:
+        profiler.disable()
+    print(f"{len(problems)} sampled problems (seed {seed}) in one process: {outcomes}")
+    print(f"CPU time per problem: {(searched + explained) / len(problems):.3f} s ({searched / len(problems):.3f} s "
+          f"searching, {explained / len(problems):.3f} s for the result row and infeasibility explanations)"
+          + (" under cProfile" if profiler is not None else ""))
+    if profiler is not None:
+        stats = pstats.Stats(profiler)
+        stats.sort_stats("cumulative").print_stats(40)
+        stats.sort_stats("tottime").print_stats(20)
+    return 0
 
 
 def _cpu_s() -> float:
