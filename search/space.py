@@ -365,7 +365,8 @@ def _keep(problem: SearchProblem, knob: str, values: Sequence[Any]) -> list[Any]
 
 _FRAMEWORK_FEATURES = {"flash_attention": "supports_flash_attention",
                        "overlap_grad_reduce": "supports_grad_reduce_overlap",
-                       "overlap_param_gather": "supports_grad_reduce_overlap",
+                       # DeepSpeed gathers inside the optimizer step (costmodel.llm.dp_buckets)
+                       "overlap_param_gather": "supports_param_gather_overlap",
                        "tp_comm_overlap": "supports_tp_comm_overlap"}
 """Switches that need a feature the framework may lack (``Framework.supports_*``): off where it does."""
 

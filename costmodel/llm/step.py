@@ -50,9 +50,6 @@ from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
 from costmodel.llm.tp_comm import tp_layer_exposed_s
 
-# DeepSpeed's ZeRO-2 gradient bucket: reduce_bucket_size = 5e8 elements (deepspeed/runtime/zero/config.py).
-ZERO2_BUCKET_PARAMS = 500_000_000
-
 BREAKDOWN_KEYS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "pp_bubble_s",
                   "dp_comm_exposed_s", "optimizer_s", "other_s")
 
@@ -254,9 +251,29 @@ def _zero2_exposed(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_r
     exposed = 0.0
     for params, g, replicate in _shard_groups(run, stage, pp_rank):
         sync = _sync(timer, "reduce_scatter", params * wire, g, replicate, gpu)
-        bucket = _sync(timer, "reduce_scatter", min(params, ZERO2_BUCKET_PARAMS) * wire, g, replicate, gpu)
+        bucket = _sync(timer, "reduce_scatter", _buckets(run, stage, params, g)[0] * wire, g, replicate, gpu)
         exposed += bucketed_reduce_exposed_s(stage.backward_s, sync, bucket, s.overlap_grad_reduce)
     return exposed
+
+
+def _buckets(run: RunSpec, stage: StageCompute, params: float, g: Any) -> list[float]:
+    """Bucket sizes, in forward order, of one shard group's ``params`` on ``stage``
+    under the framework's ``dp_bucket_scheme`` (``costmodel.llm.dp_buckets``)."""
+    s = run.strategy
+    layers = max(sum(stage_layer_counts(run.model, s, stage.stage)), 1)
+    size = dp_buckets.bucket_params(run.framework.dp_bucket_scheme, s.dp, grad_reduce_bytes(run), params / layers)
+    return dp_buckets.bucket_sizes(params, size, _own_bucket(run, stage, params, g))
+
+
+def _own_bucket(run: RunSpec, stage: StageCompute, params: float, g: Any) -> float:
+    """Parameters of ``stage`` alone in the first bucket: under Megatron-Core's distributed optimizer a
+    tied embedding shared across pipeline stages (param_and_grad_buffer.py @core_r0.8.0
+    ``_does_param_require_new_bucket``, the ``shared_embedding`` that pp > 1 sets); else 0."""
+    s, model = run.strategy, run.model
+    if run.framework.dp_bucket_scheme != "megatron-core" or s.zero_stage < 1 or s.pp == 1 \
+            or not model.tie_embeddings or stage.stage != 0 or g.kind == "edp":
+        return 0.0
+    return min(model.vocab_size * model.hidden_size / s.tp, params)
 
 
 def _dp_tail(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: int | None = None) -> float:
@@ -273,19 +290,26 @@ def _dp_tail(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: i
         return 0.0
     if s.zero_stage == 3:
         return _zero3_step_exposed(run, timer, stage, pp_rank)[1]
-    wire = grad_reduce_bytes(run)
-    in_buckets = dp_buckets.bucketed(pp_rank or 0)
-    bucket_size = dp_buckets.bucket_params(s.dp)
+    wire, scheme = grad_reduce_bytes(run), run.framework.dp_bucket_scheme
+    overlap = s.overlap_grad_reduce and dp_buckets.bucketed(scheme, pp_rank or 0) \
+        and dp_buckets.overlaps_grad_reduce(scheme, s.zero_stage, s.pp)
     total = 0.0
     for params, g, replicate in _shard_groups(run, stage, pp_rank):
         if s.zero_stage < 2:
             op = "all_reduce" if s.zero_stage == 0 else "reduce_scatter"
             sync = _sync(timer, op, params * wire, g, replicate, gpu)
-            bucket = _sync(timer, op, min(params, bucket_size) * wire, g, replicate, gpu)
-            total += bucketed_reduce_exposed_s(stage.backward_s, sync, bucket, s.overlap_grad_reduce and in_buckets)
-        if s.zero_stage in (1, 2) and not s.overlap_param_gather:
+            # the bucket reduced last, trailing the backward, holds the first layers
+            bucket = _sync(timer, op, _buckets(run, stage, params, g)[0] * wire, g, replicate, gpu)
+            total += bucketed_reduce_exposed_s(stage.backward_s, sync, bucket, overlap)
+        if s.zero_stage in (1, 2) and not _gather_overlapped(run):
             total += _collective(timer, "all_gather", params * param_gather_bytes(run), g, gpu)
     return total
+
+
+def _gather_overlapped(run: RunSpec) -> bool:
+    """ZeRO-1/2's parameter all-gather runs under the next forward: asked, and the framework does it
+    (DeepSpeed gathers inside the optimizer step: ``Framework.supports_param_gather_overlap``)."""
+    return run.strategy.overlap_param_gather and run.framework.supports_param_gather_overlap
 
 
 def _param_gather_head(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: int,
@@ -294,16 +318,19 @@ def _param_gather_head(run: RunSpec, timer: OperatorTimer, stage: StageCompute, 
     (``costmodel.llm.dp_buckets.param_gather_exposed_s``); ``upstream_forward_s``: the forwards of
     the ranks before it, which its first forward waits for anyway."""
     s, gpu = run.strategy, run.cluster.gpu
-    if s.dp * s.cp == 1 or s.zero_stage not in (1, 2) or not s.overlap_param_gather:
+    if s.dp * s.cp == 1 or s.zero_stage not in (1, 2) or not _gather_overlapped(run):
         return 0.0
-    bucket_size, wire = dp_buckets.bucket_params(s.dp), param_gather_bytes(run)
+    wire = param_gather_bytes(run)
     head = 0.0
     for params, g, _ in _shard_groups(run, stage, pp_rank):
+        sizes, own = _buckets(run, stage, params, g), _own_bucket(run, stage, params, g)
+        # each bucket's forward in proportion to its parameters; an embedding alone in a bucket is a lookup
+        layer_params = max(params - own, 1e-9)
+        forwards = [0.0 if i == 0 and own else stage.forward_s * b / layer_params for i, b in enumerate(sizes)]
         head += dp_buckets.param_gather_exposed_s(
-            dp_buckets.bucket_count(params, s.dp), stage.forward_s,
-            _collective(timer, "all_gather", min(params, bucket_size) * wire, g, gpu),
+            [_collective(timer, "all_gather", b * wire, g, gpu) for b in sizes], forwards,
             _collective(timer, "all_gather", params * wire, g, gpu),
-            dp_buckets.bucketed(pp_rank), upstream_forward_s)
+            dp_buckets.bucketed(run.framework.dp_bucket_scheme, pp_rank), upstream_forward_s)
     return head
 
 

@@ -45,6 +45,10 @@ SELECTIVE_RECOMPUTE = ("megatron", "op", "layer", "deepseek-v3")
 RESHARD_AFTER_FORWARD = ("always", "never", "not_pp")
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, BF16_REMAINDER: 2}  # the remainder: int16 beside the bf16 weight
 CP_EXCHANGES = ("p2p", "all_gather", "a2a")  # costmodel.specs.strategy.CP_COMM_TYPES
+# Data-parallel (ZeRO-0/1/2) bucket implementations (costmodel.llm.dp_buckets), and those whose
+# parameter all-gather can run under the next forward (``Strategy.overlap_param_gather``).
+DP_BUCKET_SCHEMES = ("megatron-core", "deepspeed", "apex", "per-layer")
+FORWARD_PARAM_GATHER_SCHEMES = ("megatron-core", "apex")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,6 +178,13 @@ class Framework:
     supports_grad_reduce_overlap: bool = True
     """Whether the data-parallel gradient reduce can overlap the backward (``Strategy.overlap_grad_reduce``);
     without it the reduce runs after the last backward (Megatron-LM's early local DDP)."""
+    dp_bucket_scheme: str = "megatron-core"
+    """The data-parallel implementation that buckets ZeRO-0/1/2 gradients and parameters
+    (``DP_BUCKET_SCHEMES``, ``costmodel.llm.dp_buckets``): ``megatron-core`` (max(40M, 1M x dp)
+    buckets on pipeline rank 0 only, parameters gathered one bucket ahead in the next forward),
+    ``deepspeed`` (5e8-element buckets on every stage, parameters gathered inside the optimizer
+    step), ``apex`` (DistributedFusedAdam: 100 MiB buckets on every stage, gathered in forward
+    pre-hooks with ``overlap_param_sync``) or ``per-layer`` (one bucket per transformer block)."""
     supports_sequence_parallel: bool = True
     """Whether Megatron sequence parallelism exists (``Strategy.sequence_parallel``)."""
     supports_context_parallel: bool = True
@@ -204,6 +215,7 @@ class Framework:
         require_choice(f"{where}.fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         require_int(f"{where}.fsdp_prefetch_layers", self.fsdp_prefetch_layers, minimum=0)
         require_choice(f"{where}.selective_recompute", self.selective_recompute, SELECTIVE_RECOMPUTE)
+        require_choice(f"{where}.dp_bucket_scheme", self.dp_bucket_scheme, DP_BUCKET_SCHEMES)
         require_int(f"{where}.cpu_offloading_num_layers", self.cpu_offloading_num_layers, minimum=0)
         for name in ("tp_comm_overlap", "main_grad_follows_reduce_dtype", "separate_master_weights",
                      "distributed_optimizer", "fp8_weight_cache", "fp8_param_gather", "supports_fp16", "supports_tp_comm_overlap",
@@ -232,6 +244,11 @@ class Framework:
             stages = getattr(self, name)
             if not isinstance(stages, tuple) or not set(stages) <= {0, 1, 2, 3}:
                 raise SpecError(f"{where}.{name}", stages, "a list of ZeRO stages among 0, 1, 2, 3")
+
+    @property
+    def supports_param_gather_overlap(self) -> bool:
+        """Whether ZeRO-1/2's parameter all-gather can overlap the next forward (``overlap_param_gather``)."""
+        return self.supports_grad_reduce_overlap and self.dp_bucket_scheme in FORWARD_PARAM_GATHER_SCHEMES
 
     @property
     def grad_reduce_bytes(self) -> int:
