@@ -5,12 +5,15 @@ For every NeMo, Megatron-Core and Korthikanti row and every MoE row of
 row's overrides, GPU count, global batch, sequence length, precision fixed to the
 recipe's, framework) and compare parplan's best predicted step time with its
 prediction of the published recipe. Knobs the row lists as ``unstated`` are not part
-of the recipe: its experts set them, so the recipe is priced at the fastest fitting
-completion of them (``studies.validate``'s completions: micro-batch size, recompute,
-...), and the printout also gives it at parplan's defaults. The claimed gain is ``1 - best / recipe``: a
-large gain over a recipe experts tuned is more likely a modelling gap than real
-headroom (issue 12 target: median <= 5%, none above 15%). Small spaces are swept
-exhaustively, larger ones searched with TPE. Progress goes to stderr.
+of the recipe, so each row is priced twice: as written (the unstated knobs at parplan's
+defaults, ``recipe_written_s``) and at the fastest fitting completion of them
+(``studies.validate``'s completions: micro-batch size, recompute, ...; ``recipe_tuned_s``).
+That completion is ranked by parplan's own model, so a knob the model mis-ranks drops out of
+the tuned gain: the tuned gain can hide a modelling gap, and the target is judged on the
+as-written gain. The claimed gain is ``1 - best / recipe``: a large gain over a recipe
+experts tuned is more likely a modelling gap than real headroom (issue 12 target:
+median <= 5%, none above 15%). Small spaces are swept exhaustively, larger ones searched
+with TPE. Progress goes to stderr.
 
 Usage: ``python benchmarks/recipes.py [--json] [--quick | --trials N] [--only ID ...]``
 (not run in CI).
@@ -36,15 +39,16 @@ from costmodel.specs.errors import SpecError  # noqa: E402
 from costmodel.specs.runspec import RunSpec, run_spec_from_mapping  # noqa: E402
 from search import Evaluator, SearchProblem, build_space, run_search  # noqa: E402
 from search.problem import build_problem  # noqa: E402
-from search.space import PROBLEM_FACTS  # noqa: E402
 from search.result import strategy_label  # noqa: E402
-from studies.validate import _completions, _with_row_framework, _with_split, load_validation_set  # noqa: E402
+from search.space import PROBLEM_FACTS  # noqa: E402
+from studies.validate import _with_row_framework, completion_changes, load_validation_set  # noqa: E402
 
 PUBLIC = Path(__file__).resolve().parents[1] / "studies" / "validation" / "public.yaml"
 RECIPE_PREFIXES = ("korthikanti22-", "megatron-core-", "nemo")
 EXHAUSTIVE_MAX = 4000  # strategies; above this TPE samples the space
 TRIALS, QUICK_TRIALS = 200, 60
 TARGET_MEDIAN, TARGET_MAX = 0.05, 0.15
+TARGET_JUDGED_ON = "written"  # the tuned completion is ranked by parplan's own model (module docstring)
 # The switches too: the search keeps unasked switches at their default (tp_comm_overlap off), so a best
 # strategy may differ from an overlapped recipe in them alone (the Megatron-Core r0.8 70B row's best, tp 4
 # pp 4 vpp 7, is 1.921 s without TP overlap and 1.759 s with it).
@@ -90,17 +94,17 @@ def differing_knobs(best: Any, recipe: Any) -> list[str]:
 
 
 def tuned_completion(run: RunSpec, unstated: list[Any], evaluator: Evaluator) -> tuple[Any, dict[str, Any]]:
-    """(strategy, changes) of the fastest fitting completion of the recipe's ``unstated`` knobs.
+    """(strategy, changes) of the fastest fitting completion of the recipe's ``unstated`` knobs,
+    as parplan's own model ranks them.
 
     The stated knobs stay; the unstated ones take every value ``studies.validate`` completes them
     with. The recipe as written (parplan's defaults for those knobs) is the fallback when no
     completion fits or times faster.
     """
     best, best_s, changes = run.strategy, evaluator.evaluate(run.strategy).step_time_s, {}
-    for _, option in _completions(run, unstated):
+    for option in completion_changes(run, unstated):
         if not option:
             continue
-        option = _with_split(run, option)
         try:
             strategy = replace(run.strategy, **option)
             seconds = evaluator.evaluate(strategy).step_time_s
@@ -115,35 +119,36 @@ def run_row(entry: dict[str, Any], tpe_trials: int) -> dict[str, Any]:
     run = run_spec_from_mapping(_with_row_framework(entry), PUBLIC.parent)
     problem = problem_for(run)
     evaluator = Evaluator(problem)
-    as_written_s = evaluator.evaluate(run.strategy).step_time_s
+    written_s = evaluator.evaluate(run.strategy).step_time_s
     recipe, completed = tuned_completion(run, list(entry.get("unstated") or []), evaluator)
     recipe_eval = evaluator.evaluate(recipe)
-    recipe_s = recipe_eval.step_time_s
-    if recipe_s is None:  # parplan says the recipe does not fit; still time it, as validate does
-        recipe_s = predict_run(run).get("step_time_s")
+    tuned_s = recipe_eval.step_time_s
+    if tuned_s is None:  # parplan says the recipe does not fit; still time it, as validate does
+        tuned_s = predict_run(run).get("step_time_s")
+    if written_s is None:
+        written_s = predict_run(run).get("step_time_s")
     size = build_space(problem).size
     sampler = "exhaustive" if size <= EXHAUSTIVE_MAX else "tpe"
     trials = None if sampler == "exhaustive" else tpe_trials
     result = run_search(problem, sampler=sampler, n_trials=trials, seed=0, evaluator=evaluator)
     best = result.best
     row: dict[str, Any] = {"id": entry["id"], "family": entry.get("family"), "framework": run.framework.name,
-                           "sampler": sampler, "space": size, "recipe_s": recipe_s,
-                           "recipe_as_written_s": as_written_s, "recipe_completed": completed,
+                           "sampler": sampler, "space": size, "recipe_tuned_s": tuned_s,
+                           "recipe_written_s": written_s, "recipe_completed": completed,
                            "recipe_fits": recipe_eval.feasible,
                            "recipe_violations": list(recipe_eval.violations),
                            "best_s": None if best is None else best.step_time_s,
                            "best": None if best is None else strategy_label(best.strategy),
                            "search_s": result.elapsed_s}
-    if best is not None and recipe_s:
-        row["gain"] = 1.0 - best.step_time_s / recipe_s
-        row["differs"] = differing_knobs(best.strategy, recipe)
-    else:
-        row["gain"], row["differs"] = None, []
+    for key, recipe_s in (("gain_tuned", tuned_s), ("gain_written", written_s)):
+        row[key] = 1.0 - best.step_time_s / recipe_s if best is not None and recipe_s else None
+    row["differs"] = differing_knobs(best.strategy, recipe) if row["gain_tuned"] is not None else []
     return row
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median and worst claimed gain over all rows, and the same over the dense (non-MoE) rows."""
+    """Median and worst claimed gain over the recipe as written (``written``) and the tuned one
+    (``tuned``), each over all rows and the dense (non-MoE) ones; ``target_met`` is the as-written one's."""
     def stats(gains: list[float]) -> dict[str, Any]:
         median = statistics.median(gains) if gains else None
         worst = max(gains) if gains else None
@@ -151,9 +156,14 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "above_15pct": sum(g > TARGET_MAX for g in gains),
                 "target_met": bool(gains) and median <= TARGET_MEDIAN and worst <= TARGET_MAX}
 
-    gains = [r["gain"] for r in rows if r["gain"] is not None]
-    dense = [r["gain"] for r in rows if r["gain"] is not None and r["family"] != "moe"]
-    return {"rows": len(rows), **stats(gains), "dense": stats(dense)}
+    def over(key: str) -> dict[str, Any]:
+        gains = [r[key] for r in rows if r[key] is not None]
+        dense = [r[key] for r in rows if r[key] is not None and r["family"] != "moe"]
+        return {**stats(gains), "dense": stats(dense)}
+
+    written, tuned = over("gain_written"), over("gain_tuned")
+    return {"rows": len(rows), "written": written, "tuned": tuned, "target_judged_on": TARGET_JUDGED_ON,
+            "target_met": written["target_met"]}
 
 
 def _pct(x: float | None) -> str:
@@ -161,14 +171,34 @@ def _pct(x: float | None) -> str:
 
 
 def _print_row(r: dict[str, Any], stream: Any) -> None:
-    rec = "-" if r["recipe_s"] is None else f"{r['recipe_s']:.3f}"
-    best = "-" if r["best_s"] is None else f"{r['best_s']:.3f}"
+    def secs(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
     fits = "" if r["recipe_fits"] else " (recipe breaks a parplan rule)"
-    written = r.get("recipe_as_written_s")
-    tuned = (f" (unstated {', '.join(f'{k}={v}' for k, v in r['recipe_completed'].items())};"
-             f" as written {'-' if written is None else f'{written:.3f}'} s)") if r.get("recipe_completed") else ""
-    print(f"{r['id']:<42} {r['family'] or '-':<11} best {best:>8} s  recipe {rec:>8} s  gain {_pct(r['gain']):>7}"
+    tuned = (f" (tuned: unstated {', '.join(f'{k}={v}' for k, v in r['recipe_completed'].items())},"
+             " ranked by parplan's model)") if r.get("recipe_completed") else ""
+    print(f"{r['id']:<42} {r['family'] or '-':<11} best {secs(r['best_s']):>8} s  recipe as written "
+          f"{secs(r['recipe_written_s']):>8} s / tuned {secs(r['recipe_tuned_s']):>8} s  gain "
+          f"{_pct(r['gain_written']):>7} / {_pct(r['gain_tuned']):>7}"
           f"  [{', '.join(r['differs']) or 'same'}]{fits}{tuned}", file=stream, flush=True)
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """The printed summary: both gains, over all rows and the dense ones, and which one the target is judged on."""
+    def line(part: dict[str, Any]) -> str:
+        return (f"median {_pct(part['median_gain'])}, max {_pct(part['max_gain'])}, "
+                f"{part['above_15pct']} above 15% of {part['with_gain']}")
+
+    def verdict(part: dict[str, Any]) -> str:
+        return "target met" if part["target_met"] else "target missed"
+
+    w, t = summary["written"], summary["tuned"]
+    return [f"claimed gain over the recipe as written (unstated knobs at parplan's defaults): {line(w)} "
+            f"({verdict(w)}; the target is judged on this one)",
+            "claimed gain over the tuned recipe (unstated knobs completed as parplan's own model ranks them): "
+            f"{line(t)} ({verdict(t)} if judged on it)",
+            f"dense rows, as written: {line(w['dense'])} ({verdict(w['dense'])})",
+            f"dense rows, tuned: {line(t['dense'])} ({verdict(t['dense'])} if judged on it)"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,12 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"rows": rows, "summary": summary}, indent=2))
     else:
-        print(f"median claimed gain {_pct(summary['median_gain'])}, max {_pct(summary['max_gain'])}, "
-              f"{summary['above_15pct']} above 15% of {summary['with_gain']} "
-              f"({'target met' if summary['target_met'] else 'target missed'}); total {summary['total_s']:.0f} s")
-        d = summary["dense"]
-        print(f"dense rows: median claimed gain {_pct(d['median_gain'])}, max {_pct(d['max_gain'])}, "
-              f"{d['above_15pct']} above 15% of {d['with_gain']} ({'target met' if d['target_met'] else 'target missed'})")
+        print("\n".join(summary_lines(summary)) + f"\ntotal {summary['total_s']:.0f} s")
     return 0
 
 

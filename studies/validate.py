@@ -128,6 +128,12 @@ def _with_split(run: RunSpec, changes: dict[str, Any]) -> dict[str, Any]:
     return {**changes, **moved}
 
 
+def completion_changes(run: RunSpec, unstated: Sequence[str]) -> list[dict[str, Any]]:
+    """Every completion of ``run``'s completable ``unstated`` knobs as strategy changes (pipeline split
+    included where the completed ``vpp`` needs one), nearest to the defaults first; ``{}`` is the run as written."""
+    return [_with_split(run, option) for _, option in _completions(run, unstated)]
+
+
 def nearest_fitting_completion(run: RunSpec, unstated: Sequence[str]) -> tuple[RunSpec, dict[str, Any]] | None:
     """The completion of ``run``'s unstated knobs nearest to the defaults that fits, or None.
 
