@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from costmodel.specs.layout import EMBEDDING, LOSS, MTP, layout_of, stage_layer_counts
 from costmodel.llm.fa2_attention import fa2_attention_ops
 from costmodel.llm.flex_attention import flex_attention_ops
-from costmodel.llm.moe import expert_rows, local_tokens
+from costmodel.llm.moe import expert_rows, local_tokens, routing
 from costmodel.llm.recompute import layer_recompute_fraction, recompute_policy
 from costmodel.ops import Op, gemm, memory_op
 from costmodel.specs.model import ModelSpec
@@ -220,7 +220,12 @@ def _mla_concat_copies(x: LayerShape, model: ModelSpec) -> list[Op]:
     head, each copy reads and writes its width once (q, k: ``head_dim``; v: ``v_head_dim``). The
     backward's split of ``dq`` and ``dk``/``dv`` back into the projections' layouts concatenates
     them (``head_dim`` and ``qk_nope_head_dim + v_head_dim``) and sums the expanded ``dk_pe`` over
-    heads (reads ``qk_rope_head_dim``).
+    heads (reads ``qk_rope_head_dim``). torchtitan's DeepSeek-V3 (the other framework here without
+    fused RoPE, ``Framework.rope_fusion``) builds q and k the same way (github.com/pytorch/torchtitan
+    @b5bcd76c torchtitan/models/deepseek_v3/model.py L118-138: ``torch.cat([q_nope, q_pe])``,
+    ``torch.cat([k_nope, k_pe.expand(...)])``, v a ``torch.split`` slice); that its SDPA call
+    (models/common/attention.py ``ScaledDotProductAttention.forward``, cuDNN first) copies that v
+    slice as Transformer Engine does was not checked, and is counted alike.
     """
     nope, rope = model.qk_nope_head_dim, model.qk_rope_head_dim
     per_head_fwd = 2 * x.head_dim + x.v_head_dim
@@ -270,7 +275,7 @@ def _moe(x: LayerShape, model: ModelSpec, strategy: Strategy, expert_fused: bool
         inner = model.moe_ffn_hidden_size // etp.tp  # type: ignore[operator]
         experts = [op for op in experts if ".swiglu." not in op.name]
         experts += _eager_expert_ops(per_expert * experts_here, inner, x.hidden,
-                                     probs_grad=strategy.moe_routing != "round_robin")
+                                     probs_grad=routing(strategy) != "round_robin")
     ops += experts
     ops += _elementwise("moe.unpermute", local * model.moe_router_topk * x.hidden, 1, 1, 1, 1)
     if model.num_shared_experts:
