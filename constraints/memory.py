@@ -335,8 +335,7 @@ def activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, seq_length:
         attn += (2 + 3 * drop) * a * s * s * strategy.cp * b / t
     # MLP block: LN input, fc1 input, inner activations (fc1 output, 16-bit, and fc2 input), output dropout mask.
     ffn = model.moe_ffn_hidden_size if moe else model.ffn_hidden_size
-    fc1_out = (4 if model.activation == "swiglu" else 2) * s * b * ffn / t  # type: ignore[operator]
-    inner = fc1_out + lin * s * b * ffn / t  # type: ignore[operator]
+    inner = mlp_inner_bytes(model, s * b, ffn / t, lin)  # type: ignore[operator]
     tokens_factor = model.moe_router_topk * load_factor(strategy) if moe else 1
     # An MoE layer's pre-MLP norm output feeds the (16-bit) router and the permutation, not a TE GEMM.
     fc1_in = 2 if moe else lin
@@ -344,7 +343,35 @@ def activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, seq_length:
     if moe:
         # permuted tokens kept for the expert GEMMs: the rank's expert rows, gathered over expert TP
         mlp += lin * h * expert_rows(model, strategy, seq_length)
+        mlp += shared_expert_activation_bytes(model, s * b, t, replicated, lin)
     return attn + mlp
+
+
+def mlp_inner_bytes(model: ModelSpec, tokens: float, width: float, linear_input_bytes: float) -> float:
+    """An MLP's inner activations kept for backward: the fc1 output (16-bit, both SwiGLU halves) and the
+    fc2 input (``linear_input_bytes``), for ``tokens`` rows of ``width`` (the per-GPU inner width)."""
+    fc1_out = (4 if model.activation == "swiglu" else 2) * tokens * width
+    return fc1_out + linear_input_bytes * tokens * width
+
+
+def shared_expert_activation_bytes(model: ModelSpec, tokens: float, tp: int, replicated: int,
+                                   linear_input_bytes: float) -> float:
+    """What an MoE layer's shared experts keep for backward, per micro-batch (0 without them).
+
+    The shared experts are one dense MLP of ``num_shared_experts x moe_ffn_hidden_size`` over every
+    token of the layer, tensor-parallel like a dense MLP: Megatron-LM @d98e8a64
+    megatron/core/transformer/moe/shared_experts.py ``SharedExpertMLP(MLP)``; NeMo Automodel @01926a5c
+    nemo_automodel/components/moe/layers.py ``MoE.__init__`` (``self.shared_experts = MLP(dim,
+    n_shared_experts * moe_inter_dim)``, run on a side stream in ``MoE.forward``). Their input is the
+    pre-MLP norm output the router already keeps (16-bit, counted once); an FP8 fc1 keeps its own
+    FP8 cast of it beside (``linear_input_bytes`` < 2).
+    """
+    if not model.num_shared_experts:
+        return 0.0
+    width = model.num_shared_experts * (model.moe_ffn_hidden_size or 0) / tp
+    fp8_input = linear_input_bytes * tokens * model.hidden_size / replicated \
+        if linear_input_bytes < BYTES_WEIGHT_16BIT else 0.0
+    return mlp_inner_bytes(model, tokens, width, linear_input_bytes) + fp8_input
 
 
 def op_saved_activation_bytes_per_layer(model: ModelSpec, strategy: Strategy, seq_length: int) -> float:
