@@ -15,7 +15,16 @@ Megatron-Core passes it (``--cp-comm-type``):
 - ``all_gather`` (``AttnFuncWithCPAndKVAllGather``, the Llama 3 variant, Dubey et al. 2024
   Sec. 3.3.2): K and V all-gathered before the forward, again in the backward, and dK/dV
   reduce-scattered after it; nothing hides them. The attention of the local query chunks
-  against the gathered keys has the booked FLOPs and a long key length, so it is priced as booked.
+  against the gathered keys has the booked FLOPs and a long key length, so it is priced as booked:
+  rank r runs one kernel per local chunk c in {r, 2cp-1-r}, s/(2cp) queries against the (c+1)
+  chunks before them, so each rank's two kernels average the same s/2 key length per query tile
+  as the whole-sequence causal kernel, and summed over ranks they are that kernel. Around them TE
+  reorders and accumulates the gathered tensors on the compute stream (sbhd, Megatron's layout):
+  forward, ``torch.index_select`` of the gathered K and V into sequence order and each step's
+  output copied into the rank's output; backward, the same reorder, ``torch.zeros`` dK/dV of the
+  gathered size, each step's dK/dV ``add_`` into its slice of them (the two slices cover
+  (2cp+1)/(2cp) of the sequence), ``index_select`` back to rank order before the reduce-scatter,
+  and each step's dQ copied out (``all_gather_layout_seconds``).
 - ``a2a`` (``AttnFuncWithCPAndQKVOA2A``, DeepSpeed-Ulysses, Jacobs et al. 2023): all-to-all of
   Q, K, V from sequence- to head-sharding before the attention and of the output back after it;
   the backward all-to-alls dO and dQ, dK, dV. Each rank then runs full-sequence attention on
@@ -46,7 +55,7 @@ from costmodel.specs.runspec import RunSpec
 from costmodel.specs.strategy import CP_COMM_TYPES
 from costmodel.timing import OperatorTimer
 
-__all__ = ["CP_COMM_TYPES", "cp_layer_exposed_s", "kv_chunk_bytes", "p2p_ring_seconds", "ring_merge_seconds"]
+__all__ = ["CP_COMM_TYPES", "all_gather_layout_seconds", "cp_layer_exposed_s", "kv_chunk_bytes", "p2p_ring_seconds", "ring_merge_seconds"]
 
 # Share of a rank's chunk a ring step's merge touches, averaged over ranks: under causal load
 # balancing a step i <= rank covers all of the rank's queries against the first half of the
@@ -143,10 +152,32 @@ def _p2p_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, for
     return total
 
 
-def _all_gather_exposed(run: RunSpec, collective: Collective, forward_passes: float) -> float:
+def all_gather_layout_seconds(run: RunSpec, timer: OperatorTimer, forward: bool) -> float:
+    """One layer's streaming copies around TE's ``all_gather`` attention, forward or backward (module docstring).
+
+    Bytes moved, with G the gathered K and V: forward 2G (reorder) + 2 x the rank's output (copy-out);
+    backward 2G (reorder) + G (zeroed dK/dV) + 3G (2cp+1)/(2cp) (read, add, write the slices) + 2G
+    (reorder back) + 2 x the rank's dQ (copy-out).
+    """
+    s, m = run.strategy, run.model
+    heads, _ = _heads(run, s.tp)
+    gathered = kv_chunk_bytes(run) * s.cp
+    if forward:
+        per_rank = rank_tokens(run) * heads * m.v_head_dim * BF16  # type: ignore[operator]
+        moved = 2 * gathered + 2 * per_rank
+    else:
+        per_rank = rank_tokens(run) * heads * m.head_dim * BF16  # type: ignore[operator]
+        slices = (2 * s.cp + 1) / (2 * s.cp)
+        moved = (2 + 1 + 3 * slices + 2) * gathered + 2 * per_rank
+    name = "cp_ag_layout." + ("fwd" if forward else "bwd")
+    return _seconds(timer, memory_op(name, "fwd" if forward else "bwd", moved / (2 * BF16), moved))
+
+
+def _all_gather_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, forward_passes: float) -> float:
     gathered = kv_chunk_bytes(run) * run.strategy.cp
     ag, rs = collective("all_gather", gathered), collective("reduce_scatter", gathered)
-    return forward_passes * ag + ag + rs
+    forward = ag + all_gather_layout_seconds(run, timer, True)
+    return forward_passes * forward + ag + rs + all_gather_layout_seconds(run, timer, False)
 
 
 def _a2a_layout_seconds(timer: OperatorTimer, exchanged_bytes: float) -> float:
@@ -184,7 +215,7 @@ def cp_layer_exposed_s(run: RunSpec, timer: OperatorTimer, collective: Collectiv
     forward_passes = 1 + attention_recompute_fraction(recompute_policy(run))
     kind = s.cp_comm_type
     if kind == "all_gather":
-        exposed = _all_gather_exposed(run, collective, forward_passes)
+        exposed = _all_gather_exposed(run, timer, collective, forward_passes)
     elif kind == "a2a":
         exposed = _a2a_exposed(run, timer, collective, forward_passes)
     else:

@@ -6,7 +6,7 @@ import pytest
 
 from constraints.rules import rule_violations
 from costmodel.comm import group_placement
-from costmodel.llm.cp_comm import cp_layer_exposed_s, kv_chunk_bytes, p2p_ring_seconds
+from costmodel.llm.cp_comm import all_gather_layout_seconds, cp_layer_exposed_s, kv_chunk_bytes, p2p_ring_seconds
 from costmodel.predict import timer_for
 from costmodel.specs.errors import SpecError
 from costmodel.specs.runspec import run_spec_from_mapping
@@ -59,8 +59,26 @@ def test_all_gather_variant_bytes_and_exposure():
     gathered = kv_chunk_bytes(run) * 4
     assert sorted(op for op, _ in log) == ["all_gather", "reduce_scatter"] and {b for _, b in log} == {gathered}
     collective = _exposed(run, raw=True)
-    # forward gather, backward re-gather and dK/dV reduce-scatter, none hidden
-    assert exposed == pytest.approx(2 * collective("all_gather", gathered) + collective("reduce_scatter", gathered))
+    timer = timer_for(run.cluster.gpu)
+    copies = all_gather_layout_seconds(run, timer, True) + all_gather_layout_seconds(run, timer, False)
+    # forward gather, backward re-gather and dK/dV reduce-scatter, none hidden, plus TE's reorder copies
+    assert exposed == pytest.approx(2 * collective("all_gather", gathered) + collective("reduce_scatter", gathered)
+                                    + copies)
+
+
+@pytest.mark.parametrize("cp", [2, 8])
+def test_all_gather_variant_streams_te_reorder_copies_even_with_free_transfers(cp):
+    """TE @d0067d0d AttnFuncWithCPAndKVAllGather reorders the gathered K/V (index_select) in the forward and
+    the backward, zeroes and accumulates the gathered-size dK/dV and reorders them back: at least 2 G forward
+    and 7 G backward bytes (G: the gathered K and V) stream through HBM on the compute stream. Before this
+    term free transfers meant a free all_gather variant, and the search preferred it for that reason."""
+    run = _run(model="mixtral-8x22b", seq=65536, gpus=8, cp=cp, tp=8 // cp, cp_comm_type="all_gather",
+               recompute="none", ep=1)
+    timer = timer_for(run.cluster.gpu)
+    free = cp_layer_exposed_s(run, timer, lambda op, nbytes: 0.0)
+    gathered = kv_chunk_bytes(run) * cp
+    assert free >= (2 + 7) * gathered / run.cluster.gpu.hbm_bandwidth_bytes_per_s
+    assert all_gather_layout_seconds(run, timer, False) > all_gather_layout_seconds(run, timer, True)
 
 
 def test_a2a_variant_bytes():
