@@ -532,7 +532,7 @@ def other_bytes(run: RunSpec, stage: int) -> float:
     heads = (stage == s.pp - 1) + layout_of(model, s).count(stage, MTP)  # every MTP layer computes its own loss
     out += heads * BYTES_LOGITS * b * seq * model.vocab_size / s.tp
     if s.zero_stage == 3:
-        out += zero3_gather_bytes(run, stage)
+        out += zero3_gather_bytes(run, stage) + deferred_unsharded_grad_bytes(run, stage)
     if model.is_moe:
         out += dispatched_token_bytes(model, s, run.seq_length)
         if dispatcher(run) in ("flex", "hybridep"):
@@ -570,6 +570,41 @@ def zero3_gather_layers(run: RunSpec, stage: int) -> float:
     if keep == "never" or (keep == "not_pp" and s.pp > 1):
         return layers
     return min(layers, 1.0 + fw.fsdp_prefetch_layers)
+
+
+def fsdp_grad_sync_deferred(run: RunSpec) -> bool:
+    """Whether ``run``'s ZeRO-3 is FSDP2 that skips the per-micro-batch reduce-scatter and reduces once per step.
+
+    True for ``pp`` > 1 with the ``fsdp2`` implementation (``torch.distributed.pipelining`` turns the sync off
+    for every backward but the schedule's last: ``costmodel.llm.sharding`` module docstring), and at any
+    ``pp`` where the framework defers it the same way (``Framework.fsdp_defer_grad_sync``). Without a
+    framework: FSDP2.
+    """
+    framework = getattr(run, "framework", None)
+    implementation = framework.fsdp_implementation if framework is not None else "fsdp2"
+    deferred = bool(getattr(framework, "fsdp_defer_grad_sync", False))
+    return implementation == "fsdp2" and (run.strategy.pp > 1 or deferred)
+
+
+def deferred_unsharded_grad_bytes(run: RunSpec, stage: int) -> float:
+    """Unsharded gradients FSDP2 accumulates from a stage's first backward to its one reduce-scatter.
+
+    With the gradient sync off, FSDP2's post-backward neither reduce-scatters nor frees a parameter's
+    unsharded gradient: it upcasts it to the reduce dtype and keeps it as ``unsharded_accumulated_grad``,
+    to which every later micro-batch adds (PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_param.py
+    ``to_accumulated_grad_if_needed`` / ``accumulate_unsharded_grad_if_needed``, called from
+    _fsdp_param_group.py ``post_backward`` when ``reduce_grads`` is off; PyTorch 2.4+). So every
+    FSDP-managed parameter of the stage holds a full gradient in ``Framework.grad_reduce_bytes``
+    while the stage's in-flight activations are held (the 1F1B steady state). Expert weights are
+    FSDP-managed only where sharded (more than one expert-data-parallel rank; NeMo Automodel leaves
+    them out of FSDP otherwise, and their gradients are the ordinary ones ``model_state_bytes`` counts).
+    """
+    s = run.strategy
+    if s.zero_stage != 3 or s.dp * s.cp <= 1 or not fsdp_grad_sync_deferred(run):
+        return 0.0
+    dense, expert = params_on_gpu(run, stage)
+    managed = dense + (expert if s.expert_data_parallel_size > 1 else 0.0)
+    return managed * run.framework.grad_reduce_bytes
 
 
 def zero3_gather_bytes(run: RunSpec, stage: int) -> float:

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from constraints.memory import fsdp_grad_sync_deferred
 from costmodel.llm.recompute import layer_recompute_fraction
 
 __all__ = [
@@ -171,10 +172,7 @@ def pipelined_fsdp2(run: Any) -> bool:
     the module docstring for the mechanism and its source. Also at ``pp`` = 1 where the framework
     defers the sync the same way (``Framework.fsdp_defer_grad_sync``).
     """
-    framework = getattr(run, "framework", None)
-    implementation = framework.fsdp_implementation if framework is not None else "fsdp2"
-    deferred = bool(getattr(framework, "fsdp_defer_grad_sync", False))
-    return implementation == "fsdp2" and (run.strategy.pp > 1 or deferred)
+    return fsdp_grad_sync_deferred(run)  # one predicate for the time and the memory it costs
 
 
 def prefetch_layers(settings: ShardingSettings, layer_params: float) -> float:
