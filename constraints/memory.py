@@ -30,8 +30,8 @@ Model states (bytes per parameter, mixed precision with Adam), read from the run
     (Megatron-LM ``report_theoretical_memory``).
 Activations per transformer layer: Korthikanti et al. 2022 (arXiv 2205.05198)
     Section 4, generalised term by term (GQA widths, SwiGLU, no dropout, flash
-    attention drops the 5as^2b score term and keeps an fp32 log-sum-exp), divided
-    by cp. Pipeline stages hold the activations of their in-flight micro-batches:
+    attention drops the 5as^2b score term and keeps an fp32 log-sum-exp, an MoE layer's
+    shared experts keep a dense MLP's inner activations), divided by cp. Pipeline stages hold the activations of their in-flight micro-batches:
     stage i of 1F1B holds min(m, pp - i); the interleaved schedule's rank i warms
     up with 2(pp - i - 1) + (vpp - 1) N + 1 model chunks, N = pp unless pp does not divide
     the m micro-batches (Llama 3's flexible N, ``microbatches_per_round``) (Narayanan et al. 2021,
@@ -55,7 +55,8 @@ Other (peak-time buffers): fp32 + 16-bit logits on the last stage (6 bytes x b x
     ZeRO-3 gather buffers for the computing layer plus the framework's prefetch window
     (``fsdp_prefetch_layers``), or the whole stage when FSDP keeps parameters unsharded
     between forward and backward (``fsdp_reshard_after_forward``: torchtitan ``not_pp``,
-    NeMo Automodel ``never``),
+    NeMo Automodel ``never``), the whole stage's unsharded gradients in the reduce dtype while FSDP2 defers
+    its gradient sync to the step's last backward (``deferred_unsharded_grad_bytes``),
     MoE dispatch/combine tokens and DeepEP's fixed buffers (``constraints.moe_buffers``, sized by the
     capacity factor or the drop-less load imbalance), Transformer Engine's TP-overlap userbuffers
     (``constraints.workspace``), one layer's working set during full-recompute backward, without
