@@ -88,9 +88,11 @@ def problem_for(run: RunSpec) -> SearchProblem:
 
 
 def differing_knobs(best: Any, recipe: Any) -> list[str]:
-    """``knob recipe->best`` for every compared knob that differs."""
+    """``knob recipe->best`` for every strategy field that differs: the ``COMPARED`` knobs first, then any
+    other (e.g. ``pipeline_flushes``, which the search leaves at its default), so no change hides."""
     b, r = best.to_dict(), recipe.to_dict()
-    return [f"{k} {r.get(k)}->{b.get(k)}" for k in COMPARED if b.get(k) != r.get(k)]
+    keys = [*COMPARED, *sorted(k for k in {*b, *r} if k not in COMPARED)]
+    return [f"{k} {r.get(k)}->{b.get(k)}" for k in keys if b.get(k) != r.get(k)]
 
 
 def tuned_completion(run: RunSpec, unstated: list[Any], evaluator: Evaluator) -> tuple[Any, dict[str, Any]]:
