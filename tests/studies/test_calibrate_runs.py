@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import yaml
 
 from studies.validate import validate
+from tests.benchmark_module import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _calibrate():
-    spec = importlib.util.spec_from_file_location("calibrate_bench", ROOT / "benchmarks" / "calibrate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_benchmark("calibrate")
 
 
 # Rows validate completes (a stated-unstated knob filled, ``completed`` non-empty), each under a framework

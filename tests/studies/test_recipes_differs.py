@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import replace
-from pathlib import Path
 
 from costmodel.specs.runspec import run_spec_from_mapping
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmark_module import load_benchmark
 
 
 def _recipes():
-    spec = importlib.util.spec_from_file_location("recipes_bench", ROOT / "benchmarks" / "recipes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_benchmark("recipes")
 
 
 def test_a_tp_overlap_difference_is_listed_and_an_identical_strategy_is_not():

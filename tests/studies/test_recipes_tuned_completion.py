@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmark_module import load_benchmark
 
 
 def _recipes():
-    spec = importlib.util.spec_from_file_location("recipes_bench_tuned", ROOT / "benchmarks" / "recipes.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_benchmark("recipes")
 
 
 def _row(recipes, row_id: str):
