@@ -42,7 +42,7 @@ from costmodel.llm.recompute import layer_recompute_fraction, recompute_policy  
 from costmodel.predict import timer_for  # noqa: E402
 from costmodel.specs.layout import stage_layer_counts  # noqa: E402
 from costmodel.specs.runspec import RunSpec, run_spec_from_mapping  # noqa: E402
-from studies.validate import _with_row_framework, load_validation_set  # noqa: E402
+from studies.validate import load_validation_set, with_row_framework  # noqa: E402
 
 PUBLIC = Path(__file__).resolve().parents[1] / "studies" / "validation" / "public.yaml"
 NON_EXPERT_KERNELS = 30 + 23
@@ -78,7 +78,7 @@ def main() -> int:
     for entry in load_validation_set(PUBLIC):
         if entry.get("family") != "moe" or not entry["id"].startswith("automodel-"):
             continue
-        run = run_spec_from_mapping(_with_row_framework(entry), PUBLIC.parent)
+        run = run_spec_from_mapping(with_row_framework(entry), PUBLIC.parent)
         timed = timer_for(run.cluster.gpu).time_ops(_layer_ops(run, moe=True))
         fwd, bwd = timed.total(("fwd",)), timed.total(("bwd", "recompute"))
         kf = forward_kernels(run)

@@ -405,11 +405,11 @@ class Ran:
 
 def compare_ran(path: Path = PUBLIC_RUNS) -> list[Ran]:
     """Every public run's verdict (as stated, or validate's nearest fitting completion of its unstated knobs)."""
-    from studies.validate import _with_row_framework, load_validation_set, nearest_fitting_completion
+    from studies.validate import load_validation_set, nearest_fitting_completion, with_row_framework
 
     out = []
     for entry in load_validation_set(path):
-        run = run_spec_from_mapping(_with_row_framework(entry), path.parent)
+        run = run_spec_from_mapping(with_row_framework(entry), path.parent)
         verdict, changes = check(run), {}
         if not verdict.fits and entry.get("unstated"):
             found = nearest_fitting_completion(run, entry["unstated"])

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from costmodel.llm import moe  # noqa: E402
 from costmodel.specs.runspec import run_spec_from_mapping  # noqa: E402
-from studies.validate import _with_row_framework, load_validation_set, validate  # noqa: E402
+from studies.validate import load_validation_set, validate, with_row_framework  # noqa: E402
 
 PUBLIC = Path(__file__).resolve().parents[1] / "studies" / "validation" / "public.yaml"
 
@@ -34,7 +34,7 @@ def moe_rows(path: Path = PUBLIC) -> list[dict[str, Any]]:
         row = predicted[entry["id"]]
         if row["error"] is None:
             continue
-        run = run_spec_from_mapping(_with_row_framework(entry), path.resolve().parent)
+        run = run_spec_from_mapping(with_row_framework(entry), path.resolve().parent)
         crosses = moe.expert_group("tp_ep", run).crosses_nodes
         out.append({"id": entry["id"], "error": row["error"], "dispatcher": moe.dispatcher(run),
                     "placement": "across domains" if crosses else "one domain",

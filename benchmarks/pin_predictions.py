@@ -51,7 +51,7 @@ from costmodel.timing import OperatorTimer  # noqa: E402
 from search import Evaluator, SearchProblem, build_space  # noqa: E402
 from search.samplers._recipes import recipe_starts  # noqa: E402
 from search.space import LAYOUT_KNOBS, StrategySpace, setting_conflicts  # noqa: E402
-from studies.validate import _with_row_framework, load_validation_set, nearest_fitting_completion  # noqa: E402
+from studies.validate import load_validation_set, nearest_fitting_completion, with_row_framework  # noqa: E402
 
 PIN_FILE = ROOT / "tests" / "regression" / "pinned_predictions.json"
 PUBLIC_SET = ROOT / "studies" / "validation" / "public.yaml"
@@ -190,7 +190,7 @@ def public_runs(path: Path = PUBLIC_SET) -> Iterator[tuple[str, RunSpec | None, 
     """(id, run, completed knobs, error) of every row, the run built as ``studies.validate.validate`` does."""
     for entry in load_validation_set(path):
         try:
-            run = run_spec_from_mapping(_with_row_framework(entry), path.resolve().parent)
+            run = run_spec_from_mapping(with_row_framework(entry), path.resolve().parent)
         except (SpecError, KeyError, ValueError) as exc:
             yield entry["id"], None, {}, str(exc)
             continue

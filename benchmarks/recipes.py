@@ -41,7 +41,7 @@ from search import Evaluator, SearchProblem, build_space, run_search  # noqa: E4
 from search.problem import build_problem  # noqa: E402
 from search.result import strategy_label  # noqa: E402
 from search.space import PROBLEM_FACTS  # noqa: E402
-from studies.validate import _with_row_framework, completion_changes, load_validation_set  # noqa: E402
+from studies.validate import completion_changes, load_validation_set, with_row_framework  # noqa: E402
 
 PUBLIC = Path(__file__).resolve().parents[1] / "studies" / "validation" / "public.yaml"
 RECIPE_PREFIXES = ("korthikanti22-", "megatron-core-", "nemo")
@@ -118,7 +118,7 @@ def tuned_completion(run: RunSpec, unstated: list[Any], evaluator: Evaluator) ->
 
 
 def run_row(entry: dict[str, Any], tpe_trials: int) -> dict[str, Any]:
-    run = run_spec_from_mapping(_with_row_framework(entry), PUBLIC.parent)
+    run = run_spec_from_mapping(with_row_framework(entry), PUBLIC.parent)
     problem = problem_for(run)
     evaluator = Evaluator(problem)
     written_s = evaluator.evaluate(run.strategy).step_time_s

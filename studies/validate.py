@@ -55,7 +55,7 @@ def load_validation_set(path: str | Path) -> list[dict[str, Any]]:
     return data
 
 
-def _with_row_framework(entry: dict[str, Any]) -> Any:
+def with_row_framework(entry: dict[str, Any]) -> Any:
     """The entry's run, launched under the framework its ``framework`` label names (the run's own wins)."""
     run = entry["run"]
     name = framework_for_label(entry.get("framework"))
@@ -211,7 +211,7 @@ def validate(entries: Sequence[dict[str, Any]], base_dir: Path | None = None,
         row: dict[str, Any] = {"id": entry["id"], "source": entry.get("source", ""),
                                "measured_step_time_s": meas, "family": entry.get("family")}
         try:
-            run = run_spec_from_mapping(_with_row_framework(entry), base_dir)
+            run = run_spec_from_mapping(with_row_framework(entry), base_dir)
             pred = predict_run(run, profile_dir)
         except (SpecError, KeyError, ValueError) as exc:
             row.update({"predicted_step_time_s": None, "error": None, "fits": None, "reason": str(exc)})

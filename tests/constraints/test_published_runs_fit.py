@@ -18,7 +18,7 @@ from costmodel.specs.framework import get_framework
 from costmodel.specs.gpu import (DEFAULT_FRAGMENTATION_FRACTION, DEFAULT_MEMORY_RESERVE_GIB, RESERVE_CUDA_CONTEXT_GIB,
                                  RESERVE_HIDDEN_GIB, RESERVE_NCCL_GIB, GiB)
 from costmodel.specs.runspec import RunSpec, run_spec_from_mapping
-from studies.validate import _with_row_framework, load_validation_set
+from studies.validate import load_validation_set, with_row_framework
 
 PUBLIC = Path(__file__).resolve().parents[2] / "studies" / "validation" / "public.yaml"
 ROWS = ("nemo2407-h100-fp8-gpt3-20b", "nemo2407-h100-fp8-nemotron-340b", "llama3paper-h100-405b-8k-8192gpu")
@@ -27,7 +27,7 @@ H100_CAPACITY_GIB = 79.65  # nvidia-smi 81559 MiB (costmodel/catalog/gpus.yaml)
 
 def _row(run_id: str) -> RunSpec:
     entry = next(e for e in load_validation_set(PUBLIC) if e["id"] == run_id)
-    return run_spec_from_mapping(_with_row_framework(entry), PUBLIC.parent)
+    return run_spec_from_mapping(with_row_framework(entry), PUBLIC.parent)
 
 
 def test_the_reserve_is_the_sum_of_its_measured_parts_and_no_fragmentation_share() -> None:
@@ -67,6 +67,6 @@ def test_bf16_state_is_smaller_than_the_remainder_master() -> None:
 
 def test_a_fragmentation_share_set_in_the_run_spec_still_applies() -> None:
     entry = next(e for e in load_validation_set(PUBLIC) if e["id"] == ROWS[0])
-    run = _with_row_framework(entry)
+    run = with_row_framework(entry)
     shared = run_spec_from_mapping({**run, "cluster": {**run["cluster"], "fragmentation_fraction": 0.05}})
     assert not check(shared).fits  # 75.5 GiB against the former 73.7: the knob is the user's

@@ -9,7 +9,7 @@ from costmodel.llm import moe
 from costmodel.specs.framework import get_framework
 from costmodel.specs.runspec import run_spec_from_mapping
 from search import SearchProblem, build_space
-from studies.validate import _with_row_framework, load_validation_set
+from studies.validate import load_validation_set, with_row_framework
 
 PUBLIC = Path(__file__).resolve().parents[2] / "studies" / "validation" / "public.yaml"
 
@@ -20,7 +20,7 @@ def test_hai_llm_dispatches_with_deepep_s_flex_dispatcher() -> None:
 
 def test_deepseek_v2_row_moves_fewer_bytes_than_megatron_s_allgather() -> None:
     entry = next(e for e in load_validation_set(PUBLIC) if e["id"] == "deepseekv2-report-h800-1024gpu")
-    run = run_spec_from_mapping(_with_row_framework(entry), PUBLIC.parent)
+    run = run_spec_from_mapping(with_row_framework(entry), PUBLIC.parent)
     assert moe.dispatcher(run) == "flex"
     flex = sum(t.message_bytes for t in moe.flex_transfers(run))
     allgather = sum(t.message_bytes for t in moe.allgather_transfers(run))
@@ -29,7 +29,7 @@ def test_deepseek_v2_row_moves_fewer_bytes_than_megatron_s_allgather() -> None:
 
 def test_the_deepseek_v3_recipe_lies_in_the_space_a_search_under_hai_llm_explores() -> None:
     entry = next(e for e in load_validation_set(PUBLIC) if e["id"] == "deepseek-v3-report-h800-2048gpu")
-    run = run_spec_from_mapping(_with_row_framework(entry), PUBLIC.parent)
+    run = run_spec_from_mapping(with_row_framework(entry), PUBLIC.parent)
     s = run.strategy
     problem = SearchProblem(model=run.model, gpu=run.cluster.gpu, num_gpus=run.cluster.num_gpus,
                             global_batch_size=s.global_batch_size, seq_length=run.seq_length,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from costmodel.specs.runspec import run_spec_from_mapping
-from studies.validate import _with_row_framework, load_validation_set
+from studies.validate import load_validation_set, with_row_framework
 
 PUBLIC = Path(__file__).resolve().parents[2] / "studies" / "validation" / "public.yaml"
 FAMILIES = {"dense-tp-pp", "fsdp", "cp", "moe"}
@@ -24,13 +24,13 @@ def test_row_has_source_family_and_parses(entry: dict) -> None:
     assert isinstance(entry.get("source"), str) and len(entry["source"]) > 10
     assert entry.get("family") in FAMILIES
     assert entry["measured"].get("how")
-    run = run_spec_from_mapping(_with_row_framework(entry), PUBLIC.parent)
+    run = run_spec_from_mapping(with_row_framework(entry), PUBLIC.parent)
     assert run.cluster.num_gpus > 0
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e["id"])
 def test_family_matches_the_strategy(entry: dict) -> None:
-    run = run_spec_from_mapping(_with_row_framework(entry), PUBLIC.parent)
+    run = run_spec_from_mapping(with_row_framework(entry), PUBLIC.parent)
     if run.model.is_moe:
         assert entry["family"] == "moe"
     elif entry["family"] == "fsdp":

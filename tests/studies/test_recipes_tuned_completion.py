@@ -11,7 +11,7 @@ def _recipes():
 
 def _row(recipes, row_id: str):
     entry = next(e for e in recipes.load_validation_set(recipes.PUBLIC) if e["id"] == row_id)
-    run = recipes.run_spec_from_mapping(recipes._with_row_framework(entry), recipes.PUBLIC.parent)
+    run = recipes.run_spec_from_mapping(recipes.with_row_framework(entry), recipes.PUBLIC.parent)
     return entry, run, recipes.Evaluator(recipes.problem_for(run))
 
 
@@ -29,7 +29,7 @@ def test_a_row_without_unstated_knobs_is_priced_as_written():
     recipes = _recipes()
     entry = next(e for e in recipes.load_validation_set(recipes.PUBLIC)
                  if recipes.is_recipe(e) and not e.get("unstated"))
-    run = recipes.run_spec_from_mapping(recipes._with_row_framework(entry), recipes.PUBLIC.parent)
+    run = recipes.run_spec_from_mapping(recipes.with_row_framework(entry), recipes.PUBLIC.parent)
     strategy, changes = recipes.tuned_completion(run, [], recipes.Evaluator(recipes.problem_for(run)))
     assert strategy == run.strategy and changes == {}
 

@@ -11,12 +11,12 @@ import yaml
 from parplan.cli import main
 from costmodel.specs.runspec import run_spec_from_mapping
 from studies.validate import (
-    _with_row_framework,
     best_constant_mfu,
     constant_mfu_step,
     group_errors,
     load_validation_set,
     validate,
+    with_row_framework,
 )
 
 PUBLIC = Path(__file__).resolve().parents[2] / "studies" / "validation" / "public.yaml"
@@ -49,7 +49,7 @@ def test_a_group_floor_is_fitted_on_that_group_alone() -> None:
     # the group's own constant MFU never does worse on the group than the set's single MFU
     entries = _subset()
     result = validate(entries)
-    runs = [run_spec_from_mapping(_with_row_framework(e)) for e in entries]
+    runs = [run_spec_from_mapping(with_row_framework(e)) for e in entries]
     mfu = result["baseline"]["mfu"]
     for name, g in result["groups"]["family"].items():
         mine = [(r, e) for r, e in zip(runs, entries) if e["family"] == name]
@@ -64,7 +64,7 @@ def test_rows_without_a_family_are_grouped_as_unlabelled() -> None:
 
 def test_group_errors_matches_best_constant_mfu() -> None:
     entries = _subset()
-    runs = [run_spec_from_mapping(_with_row_framework(e)) for e in entries]
+    runs = [run_spec_from_mapping(with_row_framework(e)) for e in entries]
     rows = [{"measured_step_time_s": e["measured"]["step_time_s"], "error": 0.1, "family": e["family"]}
             for e in entries]
     groups = group_errors(rows, runs, "family")
