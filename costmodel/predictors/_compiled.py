@@ -25,9 +25,9 @@ __all__ = ["CompiledPredictor", "compile_predictor"]
 
 _REGRESSORS: Final = {"trees": TreeEnsemble, "spline_ridge": SplineRidge}
 # scikit-learn regressor class -> exporter; read by class name so that this module never imports scikit-learn.
-_EXPORTERS: Final = {"HistGradientBoostingRegressor": ("trees", from_hist_gradient_boosting),
-                     "ExtraTreesRegressor": ("trees", from_extra_trees),
-                     "Pipeline": ("spline_ridge", from_spline_ridge)}
+_EXPORTERS: Final = {"HistGradientBoostingRegressor": from_hist_gradient_boosting,
+                     "ExtraTreesRegressor": from_extra_trees,
+                     "Pipeline": from_spline_ridge}
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,9 +146,8 @@ def compile_predictor(estimator: Any) -> CompiledPredictor:
     name = type(estimator.regressor_).__name__
     if name not in _EXPORTERS:
         raise ValueError(f"no numpy exporter for a {name} regressor (known: {', '.join(_EXPORTERS)})")
-    _, export = _EXPORTERS[name]
     return CompiledPredictor(estimator.kind, _plain(estimator.physics_params()), float(estimator.overhead_s_),
-                             export(estimator.regressor_))
+                             _EXPORTERS[name](estimator.regressor_))
 
 
 def _plain(physics: dict[str, Any]) -> dict[str, Any]:
