@@ -23,6 +23,7 @@ from sklearn.linear_model import LinearRegression
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from costmodel.predictors._base import OperatorPredictor
+from costmodel.predictors._features import clip_shapes
 from costmodel.recsys.access import CacheStream, RowClasses, cache_misses, expected_unique_rows, row_classes
 from costmodel.specs.recsys import UNIFORM, AccessDistribution
 
@@ -262,12 +263,8 @@ class EmbeddingBagPredictor(OperatorPredictor):
         return LinearRegression(positive=True, fit_intercept=False)
 
     def _shapes(self, X: np.ndarray) -> np.ndarray:
-        """The ``COLUMNS`` of ``X`` (missing ones 1), clipped into [1, 1e12]: kept here, not taken from the
-        predictor base, whose shape handling belongs to its GEMM-style families."""
-        shapes = np.ones((X.shape[0], len(COLUMNS)))
-        width = min(len(COLUMNS), X.shape[1])
-        shapes[:, :width] = X[:, :width]
-        return np.clip(np.abs(shapes), 1.0, 1e12)
+        """The ``COLUMNS`` of ``X`` (missing ones 1), clipped into [1, 1e12] as every predictor's shapes are."""
+        return clip_shapes(X, len(COLUMNS))
 
     def lower_bounds(self) -> np.ndarray:
         """Seconds per unit each fitted cost is bounded below by (0, or the main-memory line's bound)."""
