@@ -62,15 +62,21 @@ def add_cpu_work(graph: Graph, trace: RawTrace) -> None:
     """The outermost operators of each thread of a CPU-only trace as work nodes (nested ones are inside them).
 
     Iteration markers are not work; a ``gloo:`` / ``record_param_comms`` collective is numbered like an
-    NCCL kernel (group size from its ``Group size`` or the trace's world size).
+    NCCL kernel (group size from its ``Group size`` or the trace's world size). A node's ``nested`` is the
+    span of the operators inside it (an optimizer step's loop over its tensors).
     """
     work = sorted((e for e in trace.events if e.cat in ("cpu_op", "user_annotation") and not _STEP.match(e.name)),
                   key=lambda e: (e.pid, e.tid, e.ts, -e.dur))
     end_of: dict[tuple[str, str], float] = {}
+    outer: dict[tuple[str, str], tuple[Node, float]] = {}  # a thread's outermost node, its first nested start
     for event in work:
         thread = (event.pid, event.tid)
-        if event.ts < end_of.get(thread, -np.inf):
-            continue  # inside the previous outermost operator of its thread
+        if event.ts < end_of.get(thread, -np.inf):  # inside the previous outermost operator of its thread
+            node, first = outer[thread]
+            first = min(first, event.ts)
+            node.nested = max(node.nested, event.ts + event.dur - first)
+            outer[thread] = (node, first)
+            continue
         end_of[thread] = event.ts + event.dur
         node = Node(event.name, "cpu", ("cpu", str(trace.rank), event.pid, event.tid), trace.rank, event.ts,
                     event.dur, cpu_family(event.name), elements=operand_elements(event.args))
@@ -81,6 +87,7 @@ def add_cpu_work(graph: Graph, trace: RawTrace) -> None:
         graph.nodes.append(node)
         graph.lanes.setdefault(node.lane, []).append(len(graph.nodes) - 1)
         graph.cpu_work_us += event.dur
+        outer[thread] = (node, np.inf)
 
 
 def link_cpu_collectives(graph: Graph) -> None:

@@ -91,6 +91,8 @@ class Node:
     collective: tuple[int, str, int] | None = None  # (group size, name, sequence) of an NCCL kernel
     correlation: object = None  # the runtime call's correlation id (GPU: its launch's)
     elements: int = 0  # CPU-only traces: elements of the operator's largest operand (record_shapes)
+    nested: float = 0.0  # CPU-only traces: first nested operator's start to the last one's end (0: none), e.g.
+    # an optimizer step's loop over its tensors, apart from the fixed time before and after it
 
 
 @dataclass(frozen=True)

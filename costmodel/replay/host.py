@@ -128,6 +128,7 @@ def change_cpu_ranks(graph: Graph, factor: float, cores: int | None, corun: floa
             if op is not None and op != "send_recv" and size > 1:
                 node.dur *= bus_factor(op, max(1, round(size * factor))) / bus_factor(op, size) if new > 1 else 0.0
         node.dur *= stretch
+        node.nested *= stretch
         node.gap *= stretch
         node.tail *= stretch
         node.latency = None if node.latency is None else node.latency * stretch
