@@ -10,15 +10,25 @@ One rank runs the same program (bucket, a 1-rank gloo all-reduce, copy-back), as
 torch/nn/parallel/distributed.py builds its reducer whatever the world size. :func:`measure_corun`
 times the same step (without the collective) on one core alone and on every core at once: the
 host's co-running slowdown.
+
+:func:`record_rounds` records every configuration ``rounds`` times, interleaved (A B C ... A B C ...), into
+``round{k}/{config}/`` with a ``recording.json`` beside each (:class:`RecordingNote`: the load average
+before and after, when, how long), so that a load drift hits every configuration alike and each one's
+least-disturbed recording can be chosen.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import statistics
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from costmodel.specs.errors import SpecError
 
 HIDDEN, SEQ, HEADS = 128, 64, 4
 WAIT, WARMUP, ACTIVE = 1, 2, 6
@@ -124,6 +134,73 @@ def record_config(config: Config, out: Path, port: int) -> Path:
 
     mp.spawn(_worker, args=(config, str(out), port), nprocs=config.world, join=True)
     return out / "rank0.json"
+
+
+MAX_NOTE_BYTES = 4096  # recording.json holds a few numbers
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordingNote:
+    """When and under what load one configuration was recorded (``recording.json`` beside its traces)."""
+
+    round: int
+    """Which pass over the configurations (0-based); the passes are interleaved A B C ... A B C ..."""
+    recorded: str
+    """Local time the recording began, ``YYYY-MM-DD HH:MM:SS``."""
+    seconds: float
+    """Wall time of the recording (process start to the last trace written)."""
+    load_before: float
+    """1-minute load average when it began (``os.getloadavg``)."""
+    load_after: float
+    """1-minute load average when it ended."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.round, bool) or not isinstance(self.round, int) or not 0 <= self.round < 1000:
+            raise SpecError("recording.json round", self.round, "an integer 0..999")
+        for name in ("seconds", "load_before", "load_after"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or not 0 <= value <= 1e6:
+                raise SpecError(f"recording.json {name}", value, "a number between 0 and 1e6")
+        if not isinstance(self.recorded, str) or len(self.recorded) > 40:
+            raise SpecError("recording.json recorded", self.recorded, "a time YYYY-MM-DD HH:MM:SS")
+
+    @classmethod
+    def read(cls, path: Path) -> RecordingNote:
+        """The note in ``path``; SpecError (naming the field) if it is not one."""
+        if path.stat().st_size > MAX_NOTE_BYTES:
+            raise SpecError("recording.json", str(path), f"a file of at most {MAX_NOTE_BYTES} bytes")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SpecError("recording.json", str(path), f"JSON ({exc.__class__.__name__})") from None
+        fields = {"round", "recorded", "seconds", "load_before", "load_after"}
+        if not isinstance(data, dict) or set(data) != fields:
+            shown = sorted(set(data) ^ fields)[0] if isinstance(data, dict) else type(data).__name__
+            raise SpecError("recording.json key", shown, "exactly " + ", ".join(sorted(fields)))
+        return cls(**data)
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n", encoding="utf-8")
+
+
+def record_rounds(configs: Sequence[Config], out: Path, rounds: int, port: int = 29611,
+                  progress: Callable[[str], None] | None = None) -> None:
+    """Record each of ``configs`` ``rounds`` times, interleaved, into ``out/round{k}/{name}/``, a
+    :class:`RecordingNote` beside each recording (one fresh port per recording: no reuse of a closing one)."""
+    began = time.perf_counter()
+    for round_ in range(rounds):
+        for config in configs:
+            folder = out / f"round{round_}" / config.name
+            load, start, when = os.getloadavg()[0], time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S")
+            record_config(config, folder, port)
+            port += 1
+            note = RecordingNote(round=round_, recorded=when, seconds=round(time.perf_counter() - start, 3),
+                                 load_before=round(load, 2), load_after=round(os.getloadavg()[0], 2))
+            note.write(folder / "recording.json")
+            if progress is not None:
+                progress(f"recorded round {round_} {config.name} (load {note.load_before:.2f} -> "
+                         f"{note.load_after:.2f}; {time.perf_counter() - began:.0f} s)")
 
 
 def _time_steps(_: int, steps: int, began: object, times: object) -> None:

@@ -15,6 +15,13 @@ Recordings from before one rank ran the bucket path (no collective in its trace)
 program from the edit's one-rank target; such pairs are flagged ``program differs`` and the MAPE is
 printed with and without them.
 
+Recording protocol: each configuration is recorded ``--rounds`` times (default 3), interleaved
+(A B C ... A B C ...), so that a load drift hits every configuration alike; the 1-minute load before and
+after each recording is kept beside it (``round{k}/{config}/recording.json``). Each configuration's
+recording with the fastest rank-0 step (the least disturbed) is its source trace and its measured
+target; the median over rounds of those per-round fastest steps is printed beside it, with the loads.
+``--from`` reads that layout, or an older single-recording one (one folder per configuration).
+
 Three estimates, predicted and measured alike: ``wall``, the fastest profiled step; ``median``, the
 median step; ``fastest-ops``, every operator and gap at its fastest instance across the steps
 (``costmodel.replay.edit.fastest_steps``). Interference only adds time, so the fastest step is the
@@ -24,7 +31,7 @@ trace has no transfer to re-time into more ranks (its 1-rank all-reduce moves no
 are skipped. Target: <= 10 % on
 layer-count and DP-degree edits.
 
-    python benchmarks/replay_miniatures.py [--out DIR | --from DIR [--measure-host]] [--cores C] [--json]
+    python benchmarks/replay_miniatures.py [--out DIR [--rounds R] | --from DIR [--measure-host]] [--cores C] [--json]
 """
 
 from __future__ import annotations
@@ -35,7 +42,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,13 +49,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import numpy as np  # noqa: E402
-from _replay_miniature import Config, record_config  # noqa: E402
+from _replay_miniature import Config, RecordingNote, record_rounds  # noqa: E402
 
 from costmodel.replay.edit import apply_what_if, fastest_steps, parse_what_if  # noqa: E402
 from costmodel.replay.graph import Graph, build_graph  # noqa: E402
 from costmodel.replay.host import HostProfile  # noqa: E402
 from costmodel.replay.parse import read_trace  # noqa: E402
 from costmodel.replay.simulate import simulate  # noqa: E402
+from costmodel.specs.errors import SpecError  # noqa: E402
 
 LAYERS, WORLDS, BATCHES = (2, 4), (1, 2, 4), (2, 8)
 ESTIMATORS = ("wall", "median", "fastest_ops")
@@ -118,6 +125,46 @@ def pairs(traces: dict[Config, list[Path]], host: HostProfile) -> tuple[list[dic
     return rows, skipped
 
 
+def fastest_measured_s(trace: Path) -> float:
+    """The shortest ``ProfilerStep`` (s) of one rank's trace, as recorded."""
+    graph = build_graph([read_trace(trace)])
+    return min(step.measured_us for step in graph.steps) * 1e-6
+
+
+def find_recordings(out: Path) -> dict[Config, list[tuple[Path, RecordingNote | None]]]:
+    """Every configuration's recordings in ``out``: ``round{k}/{name}/`` (interleaved rounds, each with its
+    ``recording.json``) or, in an older layout, ``{name}/`` alone (no note)."""
+    rounds = sorted((d for d in out.glob("round*") if d.is_dir() and d.name[5:].isdigit()),
+                    key=lambda d: int(d.name[5:])) or [out]
+    found: dict[Config, list[tuple[Path, RecordingNote | None]]] = {}
+    for layers, world, batch in itertools.product(LAYERS, WORLDS, BATCHES):
+        config = Config(layers, world, batch)
+        for round_dir in rounds:
+            folder = round_dir / config.name
+            if (folder / "rank0.json").is_file():
+                note = folder / "recording.json"
+                found.setdefault(config, []).append((folder, RecordingNote.read(note) if note.is_file() else None))
+    return found
+
+
+def choose_recordings(found: dict[Config, list[tuple[Path, RecordingNote | None]]]) -> dict[Config, dict[str, object]]:
+    """Per configuration: the recording whose rank-0 fastest step is the shortest (interference only adds
+    time), the per-round fastest steps, their median and each recording's load."""
+    chosen: dict[Config, dict[str, object]] = {}
+    for config, recordings in found.items():
+        minima = [fastest_measured_s(folder / "rank0.json") for folder, _ in recordings]
+        best = int(np.argmin(minima))
+        loads = [None if note is None else (note.load_before, note.load_after) for _, note in recordings]
+        chosen[config] = {"folder": recordings[best][0], "round": best, "minima_s": minima,
+                          "median_of_minima_s": float(np.median(minima)), "loads": loads, "load": loads[best]}
+    return chosen
+
+
+def _load(choice: dict[str, object]) -> str:
+    load = choice["load"]
+    return "?" if load is None else f"{load[0]:.1f}-{load[1]:.1f}"  # type: ignore[index]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="keep the traces here (default: a temporary folder)")
@@ -129,25 +176,50 @@ def main() -> int:
     parser.add_argument("--measure-host", action="store_true",
                         help="with --from: measure this host's co-running slowdown now and apply it (the traces "
                              "must come from this host; kept nowhere)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="record each configuration this many times, interleaved A B C ... A B C ... (1-20)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if not 1 <= args.rounds <= 20:
+        raise SpecError("--rounds", args.rounds, "an integer 1..20")
     out = Path(args.source or args.out or tempfile.mkdtemp(prefix="parplan-miniatures-"))
-    began, traces = time.perf_counter(), {}
-    for port, (layers, world, batch) in enumerate(itertools.product(LAYERS, WORLDS, BATCHES), start=29611):
-        config = Config(layers, world, batch)
-        if args.source is None:
-            record_config(config, out / config.name, port)
-            print(f"recorded {config.name} ({time.perf_counter() - began:.0f} s)", file=sys.stderr)
-        traces[config] = [out / config.name / f"rank{r}.json" for r in range(world)]
+    if args.source is None:
+        configs = [Config(*c) for c in itertools.product(LAYERS, WORLDS, BATCHES)]
+        record_rounds(configs, out, args.rounds, progress=lambda line: print(line, file=sys.stderr))
+    elif not Path(args.source).is_dir():
+        raise SpecError("--from", args.source, "a folder written by --out")
+    found = find_recordings(out)
+    if len(found) < len(LAYERS) * len(WORLDS) * len(BATCHES):
+        missing = sorted({Config(*c).name for c in itertools.product(LAYERS, WORLDS, BATCHES)}
+                         - {c.name for c in found})
+        raise SpecError("--from", str(out), f"a folder with every configuration's traces (no {missing[0]})")
     host = _host_profile(out / "host.json", args)
+    recorded = choose_recordings(found)
+    traces = {c: [Path(str(v["folder"])) / f"rank{r}.json" for r in range(c.world)] for c, v in recorded.items()}
     rows, skipped = pairs(traces, host)
+    for row in rows:
+        source, target = (_config(recorded, row[k]) for k in ("source", "target"))
+        row["source_load"], row["target_load"] = recorded[source]["load"], recorded[target]["load"]
+        median = float(recorded[target]["median_of_minima_s"])  # type: ignore[arg-type]
+        row["wall_median_of_minima_error"] = float(row["wall_predicted_s"]) / median - 1.0  # type: ignore[arg-type]
     mape = _mape(rows)
     same_program = _mape([r for r in rows if not r["program_differs"]])
+    recordings = {c.name: {"chosen": str(v["folder"]), "minima_s": v["minima_s"], "loads": v["loads"],
+                           "median_of_minima_s": v["median_of_minima_s"]} for c, v in recorded.items()}
+    against_median = float(np.mean([abs(float(r["wall_median_of_minima_error"])) for r in rows]))  # type: ignore[arg-type]
     if args.json:
         print(json.dumps({"pairs": rows, "skipped": skipped, "mape": mape, "mape_same_program": same_program,
+                          "recordings": recordings, "wall_mape_vs_median_of_minima": against_median,
                           "host": {"cores": host.cores, "corun_slowdown": host.corun_slowdown,
                                    "corun_source": host.corun_source}, "traces": str(out)}, indent=1))
         return 0
+    print(f"{'configuration':14} {'fastest step per round (ms), 1-min load before-after':60} chosen")
+    for c, v in recorded.items():
+        cells = "  ".join(f"{1e3 * m:6.2f} ({'?' if ld is None else f'{ld[0]:.1f}-{ld[1]:.1f}'})"
+                          for m, ld in zip(v["minima_s"], v["loads"]))  # type: ignore[call-overload, arg-type]
+        print(f"{c.name:14} {cells:60} round {v['round']}, median of minima "
+              f"{1e3 * float(v['median_of_minima_s']):.2f} ms")  # type: ignore[arg-type]
+    print()
     print(f"{'':48} " + " ".join(f"{name.replace('_', ' '):^31}" for name in ESTIMATORS))
     print(f"{'source':14} {'target':14} {'edit':18} " + " ".join(
         f"{'predicted':>10} {'measured':>10} {'error':>9}" for _ in ESTIMATORS))
@@ -155,6 +227,7 @@ def main() -> int:
         print(f"{r['source']:14} {r['target']:14} {r['edit']:18} " + " ".join(
             f"{1e3 * float(r[f'{n}_predicted_s']):10.2f} {1e3 * float(r[f'{n}_measured_s']):10.2f} "
             f"{100 * float(r[f'{n}_error']):8.1f}%" for n in ESTIMATORS)
+              + f"  load {_load(recorded[_config(recorded, r['source'])])} / {_load(recorded[_config(recorded, r['target'])])}"
               + ("  program differs" if r["program_differs"] else ""))
     corun = (f"co-running slowdown {host.corun_slowdown:.4f} ({host.corun_source})" if host.corun_slowdown
              else "co-running slowdown not measured for these traces: none applied"
@@ -168,8 +241,17 @@ def main() -> int:
             print(f"MAPE {name}{label}: " + ", ".join(
                 f"{k} edits {100 * v:.1f}% ({sum(r['kind'] == k for r in chosen)} pairs)"
                 for k, v in table[name].items()) + " (target <= 10% on layer and DP edits)")
+    print(f"MAPE wall against the target's median of per-round fastest steps, all kinds: {100 * against_median:.1f}% "
+          f"({len(rows)} pairs)")
+    loads = [x for v in recorded.values() for ld in v["loads"] if ld is not None for x in ld]  # type: ignore[attr-defined]
+    print("1-min load during the recordings: " + (f"{min(loads):.2f}-{max(loads):.2f}" if loads else "not recorded")
+          + f" (chosen recordings: {', '.join(sorted({_load(v) for v in recorded.values()}))})")
     print(f"traces in {out}")
     return 0
+
+
+def _config(recorded: dict[Config, dict[str, object]], name: object) -> Config:
+    return next(c for c in recorded if c.name == name)
 
 
 def _mape(rows: list[dict[str, object]]) -> dict[str, dict[str, float]]:
@@ -199,8 +281,6 @@ def _host_profile(path: Path, args: argparse.Namespace) -> HostProfile:
 
 
 if __name__ == "__main__":
-    from costmodel.specs.errors import SpecError
-
     try:
         raise SystemExit(main())
     except SpecError as exc:

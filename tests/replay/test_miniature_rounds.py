@@ -1,0 +1,102 @@
+"""The miniature benchmark's recording protocol: interleaved rounds, a load note beside each recording, and
+each configuration's least-disturbed recording chosen (benchmarks/replay_miniatures.py, _replay_miniature.py)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from costmodel.specs.errors import SpecError
+from tests.benchmark_module import load_benchmark
+from tests.replay.synth import write
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import _replay_miniature as recording  # noqa: E402
+
+bench = load_benchmark("replay_miniatures")
+
+
+def _trace(steps_us):
+    events = []
+    t = 0.0
+    for i, dur in enumerate(steps_us):
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+                       "ts": t, "dur": dur, "args": {}})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 1.0,
+                       "dur": dur - 2.0, "args": {}})
+        t += dur + 10.0
+    return {"traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 1}}
+
+
+def test_rounds_are_interleaved_and_each_recording_has_its_load(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_record(config, out, port):
+        calls.append((config.name, port))
+        out.mkdir(parents=True)
+        return out / "rank0.json"
+
+    monkeypatch.setattr(recording, "record_config", fake_record)
+    configs = [recording.Config(2, 1, 2), recording.Config(4, 1, 2), recording.Config(2, 2, 8)]
+    recording.record_rounds(configs, tmp_path, rounds=2)
+    assert [name for name, _ in calls] == [c.name for c in configs] * 2  # A B C A B C
+    assert len({port for _, port in calls}) == 6  # no port reused
+    for round_ in range(2):
+        for config in configs:
+            note = recording.RecordingNote.read(tmp_path / f"round{round_}" / config.name / "recording.json")
+            assert note.round == round_ and note.load_before >= 0 and note.load_after >= 0 and note.seconds >= 0
+
+
+def test_each_configuration_uses_its_fastest_recording(tmp_path):
+    """Per configuration the round whose fastest step is shortest is chosen (interference only adds time);
+    the median of the rounds' fastest steps and every round's load are kept beside it."""
+    fastest = {0: 900.0, 1: 700.0, 2: 800.0}
+    for round_, best in fastest.items():
+        for config in (recording.Config(layers, world, batch) for layers in bench.LAYERS
+                       for world in bench.WORLDS for batch in bench.BATCHES):
+            folder = tmp_path / f"round{round_}" / config.name
+            folder.mkdir(parents=True)
+            write(folder / "rank0.json", _trace([best + 300.0, best, best + 100.0]))
+            recording.RecordingNote(round=round_, recorded="2026-12-01 22:00:00", seconds=4.0,
+                                    load_before=1.0 + round_, load_after=1.5 + round_).write(folder / "recording.json")
+    chosen = bench.choose_recordings(bench.find_recordings(tmp_path))
+    assert len(chosen) == 12
+    for config, choice in chosen.items():
+        assert choice["round"] == 1 and choice["folder"] == tmp_path / "round1" / config.name
+        assert choice["minima_s"] == pytest.approx([900e-6, 700e-6, 800e-6])
+        assert choice["median_of_minima_s"] == pytest.approx(800e-6)
+        assert choice["load"] == (2.0, 2.5) and choice["loads"] == [(1.0, 1.5), (2.0, 2.5), (3.0, 3.5)]
+
+
+def test_an_older_single_recording_folder_is_one_round_without_a_note(tmp_path):
+    folder = tmp_path / "L2-dp1-b2"
+    folder.mkdir()
+    write(folder / "rank0.json", _trace([500.0, 400.0]))
+    found = bench.find_recordings(tmp_path)
+    assert list(found) == [recording.Config(2, 1, 2)] and found[recording.Config(2, 1, 2)] == [(folder, None)]
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ('{"round": 0}', "recording.json key"),
+    ('{"round": -1, "recorded": "x", "seconds": 1, "load_before": 1, "load_after": 1}', "recording.json round"),
+    ('{"round": 0, "recorded": "x", "seconds": 1, "load_before": "high", "load_after": 1}',
+     "recording.json load_before"),
+    ("[1, 2]", "recording.json key"),
+    ("not json", "recording.json"),
+])
+def test_a_bad_recording_note_is_a_one_line_error_naming_its_field(tmp_path, text, field):
+    path = tmp_path / "recording.json"
+    path.write_text(text)
+    with pytest.raises(SpecError) as caught:
+        recording.RecordingNote.read(path)
+    assert caught.value.field == field and "\n" not in str(caught.value)
+
+
+def test_note_round_trips(tmp_path):
+    note = recording.RecordingNote(round=2, recorded="2026-12-01 22:00:00", seconds=4.5, load_before=0.8,
+                                   load_after=1.2)
+    note.write(tmp_path / "recording.json")
+    assert recording.RecordingNote.read(tmp_path / "recording.json") == note
+    assert set(json.loads((tmp_path / "recording.json").read_text())) == {
+        "round", "recorded", "seconds", "load_before", "load_after"}
