@@ -245,6 +245,9 @@ MEMORY_KERNEL_FITS: dict[tuple[str, str], MemoryKernelFit] = {
     ("rope", "bwd"): MemoryKernelFit(268.4e-6, 0.088, _ETT.format("RoPE")),
     ("softmax", "fwd"): MemoryKernelFit(0.0, 0.468, _ETT.format("softmax")),
     ("softmax", "bwd"): MemoryKernelFit(8.4e-6, 0.409, _ETT.format("softmax")),
+    # Megatron's fused causal softmax kernel (scaled_upper_triang_masked_softmax), same byte convention
+    ("masked_softmax", "fwd"): MemoryKernelFit(27.4e-6, 0.850, _ETT.format("ScaledUpperTriangMaskedSoftmax")),
+    ("masked_softmax", "bwd"): MemoryKernelFit(40.3e-6, 0.896, _ETT.format("ScaledUpperTriangMaskedSoftmax")),
     ("gather", "fwd"): MemoryKernelFit(38.0e-6, 0.169, _ETT.format("embedding")),
     ("gather", "bwd"): MemoryKernelFit(147.0e-6, 0.201, _ETT.format("embedding")),
     ("cross_entropy", "fwd"): MemoryKernelFit(240.5e-6, 0.124, _ETT.format("parallel_cross_entropy_128")),
@@ -263,6 +266,9 @@ KIND_BY_NAME = {
     "rope_fused": "residual",
     "rope": "rope", "attn_residual": "residual", "mlp_residual": "residual",
     "attn_dropout": "residual", "mlp_dropout": "residual",  # fused bias-dropout-add, a streaming kernel
+    # unfused attention's dropout on the probabilities (torch native_dropout), a streaming kernel too
+    "attention_probs_dropout": "residual", "attention_window_probs_dropout": "residual",
+    "attention_masked_softmax": "masked_softmax", "attention_window_masked_softmax": "masked_softmax",
     "mlp": "activation", "moe": "activation", "attention": "softmax",
     "embedding": "gather", "cross_entropy": "cross_entropy", "adam": "optimizer",
 }

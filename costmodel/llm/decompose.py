@@ -24,17 +24,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from costmodel.specs.layout import EMBEDDING, LOSS, MTP, layout_of, stage_layer_counts
-from costmodel.llm.fa2_attention import fa2_attention_ops
+from costmodel.llm.fa2_attention import fa2_attention_ops, slower
 from costmodel.llm.flex_attention import flex_attention_ops
 from costmodel.llm.moe import expert_rows, local_tokens, routing
 from costmodel.llm.recompute import layer_recompute_fraction, recompute_policy
 from costmodel.ops import Op, gemm, memory_op
+from costmodel.specs.layout import EMBEDDING, LOSS, MTP, layout_of, stage_layer_counts
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.strategy import Strategy
 
 BF16 = 2  # bytes per 16-bit element
+DROPOUT_MASK = 1  # bytes per element of a dropout mask (torch native_dropout's bool mask)
+# Fused (flash) attention with attention dropout p = 0.1 against p = 0, forward + backward: 0.614 / 0.594 ms on
+# H200 with Transformer Engine 2.15's cuDNN backend, bf16, sbhd, 4 x 4096 tokens, 16 heads, head dim 128
+# (github.com/NVIDIA/TransformerEngine issue #3312, 2026-08-04); FlashAttention-2 on GB200 pays 0.728 / 0.695
+# (pull request #3313). The one Hopper figure is applied to every fused attention kernel run with dropout.
+FUSED_ATTENTION_DROPOUT_COST = 0.614 / 0.594
+MASKED_SOFTMAX_MAX_KEYS = 4096  # Megatron's fused causal softmax kernel (``_fused_masked_softmax``)
 
 
 @dataclass(frozen=True)
@@ -141,25 +148,57 @@ def _ring_attention_chunks(x: LayerShape, name: str) -> list[Op]:
     return ops
 
 
-def _attention_core(x: LayerShape, strategy: Strategy, name: str = "attention") -> list[Op]:
+def _attention_core(x: LayerShape, strategy: Strategy, name: str = "attention", dropout: bool = False) -> list[Op]:
     """Causal self-attention on this GPU's heads; with cp the GPU does 1/cp of the causal work
-    (the ``p2p`` ring as its per-step kernels, ``_ring_attention_chunks``)."""
-    if strategy.flash_attention and x.cp > 1 and strategy.cp_comm_type == "p2p":
-        return _ring_attention_chunks(x, name)
+    (the ``p2p`` ring as its per-step kernels, ``_ring_attention_chunks``).
+
+    ``dropout``: attention dropout on the probabilities. A fused kernel draws its mask inside
+    (``FUSED_ATTENTION_DROPOUT_COST``); the unfused path runs ``torch.nn.Dropout`` on the
+    probabilities after the softmax (megatron/model/transformer.py ``CoreAttention.forward``
+    ``self.attention_dropout(attention_probs)``): it reads them and writes the output and a one-byte
+    mask, and its backward reads the gradient and the mask and writes the gradient.
+    """
     if strategy.flash_attention:
-        fwd = 2.0 * x.batch * x.seq * x.seq * x.heads * (x.head_dim + x.v_head_dim) * 0.5
-        shape = (x.batch, x.seq, x.heads, x.kv_heads, x.head_dim, 1)
-        moved = BF16 * x.batch * x.seq * (x.q_width + x.o_width + x.kv_width + x.v_width)
-        return [Op(f"{name}.fwd", "attention_fwd", "fwd", shape, fwd, moved, "bf16", 1.0 / x.cp),
-                Op(f"{name}.bwd", "attention_bwd", "bwd", shape, 2 * fwd, 2 * moved, "bf16", 1.0 / x.cp)]
+        fused = _flash_attention_core(x, strategy, name)
+        return [slower(op, 1 / FUSED_ATTENTION_DROPOUT_COST) for op in fused] if dropout else fused
     # Unfused (Megatron's baddbmm + masked softmax + bmm): the full score matrix is computed.
     sq = x.seq // x.cp
     count = x.batch * x.heads
     scores = sq * x.seq
     ops = _batched_linear(f"{name}.scores", x, n=x.seq, k=x.head_dim, m=sq, batch=count)
-    ops += _elementwise(f"{name}.softmax", scores * count, 1, 1, 2, 1)
+    softmax = f"{name}_masked_softmax" if _fused_masked_softmax(x, sq, count) else f"{name}.softmax"
+    ops += _elementwise(softmax, scores * count, 1, 1, 2, 1)
+    if dropout:
+        n = scores * count
+        ops += [memory_op(f"{name}_probs_dropout.fwd", "fwd", n, n * (2 * BF16 + DROPOUT_MASK)),
+                memory_op(f"{name}_probs_dropout.bwd", "bwd", n, n * (2 * BF16 + DROPOUT_MASK))]
     ops += _batched_linear(f"{name}.values", x, n=x.v_head_dim, k=x.seq, m=sq, batch=count)
     return ops
+
+
+def _fused_masked_softmax(x: LayerShape, sq: int, attn_batches: int) -> bool:
+    """Whether Megatron's unfused attention runs its fused causal softmax kernel, not ``torch.softmax``.
+
+    ``FusedScaleMaskSoftmax`` takes ``ScaledUpperTriangMaskedSoftmax`` for 16-bit inputs when
+    ``16 < sk <= 4096``, ``sq % 4 == 0``, ``sk % 4 == 0`` and ``b * np % 4 == 0``
+    (megatron/core/fusions/fused_softmax.py @d98e8a64 ``is_kernel_available``; ``sk <= 2048`` in
+    megatron/model/fused_softmax.py @50a4b5fa, the 2021 code). Every precision here feeds it 16-bit
+    scores (FP8 recipes keep the attention core in bf16). Its further ``batch_per_block``
+    divisibility condition is not checked.
+    """
+    sk = x.seq
+    return 16 < sk <= MASKED_SOFTMAX_MAX_KEYS and sq % 4 == 0 and sk % 4 == 0 and attn_batches % 4 == 0
+
+
+def _flash_attention_core(x: LayerShape, strategy: Strategy, name: str) -> list[Op]:
+    """The fused attention kernels of ``_attention_core`` (whole sequence, or the ``p2p`` ring's steps)."""
+    if x.cp > 1 and strategy.cp_comm_type == "p2p":
+        return _ring_attention_chunks(x, name)
+    fwd = 2.0 * x.batch * x.seq * x.seq * x.heads * (x.head_dim + x.v_head_dim) * 0.5
+    shape = (x.batch, x.seq, x.heads, x.kv_heads, x.head_dim, 1)
+    moved = BF16 * x.batch * x.seq * (x.q_width + x.o_width + x.kv_width + x.v_width)
+    return [Op(f"{name}.fwd", "attention_fwd", "fwd", shape, fwd, moved, "bf16", 1.0 / x.cp),
+            Op(f"{name}.bwd", "attention_bwd", "bwd", shape, 2 * fwd, 2 * moved, "bf16", 1.0 / x.cp)]
 
 
 def _batched_linear(name: str, x: LayerShape, n: int, k: int, m: int, batch: int) -> list[Op]:
@@ -180,11 +219,11 @@ def _batched_linear(name: str, x: LayerShape, n: int, k: int, m: int, batch: int
 def _attention_cores(x: LayerShape, model: ModelSpec, strategy: Strategy) -> list[Op]:
     """The average layer's attention: full layers' and sliding-window layers' cores, weighted."""
     full = model.num_full_attention_layers / model.num_layers
-    ops = [_scaled(op, full) for op in _attention_core(x, strategy)] if full else []
+    ops = [_scaled(op, full) for op in _attention_core(x, strategy, dropout=model.dropout)] if full else []
     block = model.window_block(x.seq)
     if full < 1:
         blocks = replace(x, seq=block, batch=x.batch * x.seq // block)
-        ops += [_scaled(op, 1 - full) for op in _attention_core(blocks, strategy, "attention_window")]
+        ops += [_scaled(op, 1 - full) for op in _attention_core(blocks, strategy, "attention_window", model.dropout)]
     return ops
 
 
