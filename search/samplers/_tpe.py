@@ -10,6 +10,7 @@ from typing import Any
 import optuna
 
 from search.objective import Evaluator, strategy_from_attrs
+from search.samplers._memo_tpe import SplitMemoTPESampler
 from search.samplers._optuna import OptunaSearcher, finished, finished_trials
 from search.samplers._polish import polish
 from search.samplers._recipes import recipe_starts
@@ -44,8 +45,8 @@ class TPESearcher(OptunaSearcher):
     def make_inner_sampler(self, seed: int) -> optuna.samplers.BaseSampler:
         with warnings.catch_warnings():  # group=True is marked experimental; it is what handles our conditional knobs
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.n_startup_trials,
-                                              multivariate=True, group=True)
+            return SplitMemoTPESampler(seed=seed, n_startup_trials=self.n_startup_trials,
+                                       multivariate=True, group=True)
 
     def _run(self, study: Any, space: StrategySpace, evaluator: Evaluator, total: int,
              optimize: Callable[[int], None]) -> None:
