@@ -100,3 +100,10 @@ def test_note_round_trips(tmp_path):
     assert recording.RecordingNote.read(tmp_path / "recording.json") == note
     assert set(json.loads((tmp_path / "recording.json").read_text())) == {
         "round", "recorded", "seconds", "load_before", "load_after"}
+
+
+def test_a_pair_is_quiet_only_when_both_recordings_were():
+    assert bench.quiet_recordings([(1.1, 1.2), (1.5, 0.9)], cores=2)
+    assert not bench.quiet_recordings([(1.1, 1.2), (1.4, 1.6)], cores=2)  # 1.6 > 0.75 per core on 2
+    assert bench.quiet_recordings([(1.4, 1.6)], cores=4)
+    assert not bench.quiet_recordings([(1.0, 1.0), None], cores=2)  # an old recording: its load is unknown
