@@ -8,7 +8,9 @@ gradient-boosting call went from 1 ms to 1.2 s with the default pool).
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from search.objective import OBJECTIVES, Evaluation, Evaluator
 from search.result import SearchResult
 from search.samplers import SAMPLERS, BaseSearcher, ExhaustiveSearcher, NSGAIISearcher, TPESearcher
 from search.samplers._base import TrialCallback
-from search.space import SearchProblem, build_space
+from search.space import LAYOUT_KNOBS, SearchProblem, StrategySpace, build_space, setting_conflicts
 from search.storage import open_study
 
 
@@ -125,10 +127,43 @@ class Infeasibility:
         }
 
 
+_RECOMPUTE_RANK = {"full": 0, "selective": 1, "none": 2}
+
+
+def _memory_friendly_key(tp: int, pp: int, cp: int, micro_batch_size: int, recompute: str, zero_stage: int,
+                         precision: str) -> tuple[Any, ...]:
+    return (-(tp * pp * cp), _RECOMPUTE_RANK[recompute], -zero_stage, micro_batch_size, precision != "bf16")
+
+
 def _memory_friendly_first(strategy: Any) -> tuple[Any, ...]:
-    rank = {"full": 0, "selective": 1, "none": 2}
-    return (-(strategy.tp * strategy.pp * strategy.cp), rank[strategy.recompute], -strategy.zero_stage,
-            strategy.micro_batch_size, strategy.precision != "bf16")
+    s = strategy
+    return _memory_friendly_key(s.tp, s.pp, s.cp, s.micro_batch_size, s.recompute, s.zero_stage, s.precision)
+
+
+def _memory_friendly_order(space: StrategySpace) -> Iterator[Any]:
+    """``sorted(space, key=_memory_friendly_first)``, with a ``Strategy`` built only for those asked for.
+
+    The keys come from the layout and setting tuples (``StrategySpace.__iter__``'s order: layouts
+    outermost, the settings' product inside, conflicting settings skipped); ties keep that order, as
+    the stable sort does. A count where something fits stops after a few strategies, and building
+    every strategy of a 200,000-strategy space to sort it cost seconds.
+    """
+    names = [k for k, _ in space.settings]
+    products = list(itertools.product(*(v for _, v in space.settings)))
+    fw = space.problem.framework
+    at = {k: names.index(k) for k in ("recompute", "zero_stage", "precision")}
+    keyed = []
+    for i, layout in enumerate(space.layouts):
+        picked = dict(zip(LAYOUT_KNOBS, layout, strict=True))
+        for j, setting in enumerate(products):
+            if not any(setting_conflicts(picked, k, v, fw) for k, v in zip(names, setting, strict=True)):
+                key = _memory_friendly_key(picked["tp"], picked["pp"], picked["cp"], picked["micro_batch_size"],
+                                           setting[at["recompute"]], setting[at["zero_stage"]],
+                                           setting[at["precision"]])
+                keyed.append((key, i, j))
+    keyed.sort()
+    for _, i, j in keyed:
+        yield space.strategy_of(space.layouts[i], products[j])
 
 
 def first_fitting(problem: SearchProblem) -> Evaluation | None:
@@ -142,10 +177,14 @@ def first_fitting(problem: SearchProblem) -> Evaluation | None:
     if problem in _FIRST_FITTING:
         return _FIRST_FITTING[problem]
     found = _first_fitting(problem)
+    _remember_first_fitting(problem, found)
+    return found
+
+
+def _remember_first_fitting(problem: SearchProblem, found: Evaluation | None) -> None:
     if len(_FIRST_FITTING) >= _FIRST_FITTING_SIZE:
         _FIRST_FITTING.pop(next(iter(_FIRST_FITTING)))
     _FIRST_FITTING[problem] = found
-    return found
 
 
 _FIRST_FITTING: dict[SearchProblem, Evaluation | None] = {}
@@ -159,7 +198,7 @@ def _first_fitting(problem: SearchProblem) -> Evaluation | None:
     except SpecError:
         return None
     margin = problem.memory_margin
-    for strategy in sorted(space, key=_memory_friendly_first):
+    for strategy in _memory_friendly_order(space):
         verdict = check(problem.run(strategy), margin)
         if verdict.fits:
             return Evaluation(strategy, (), verdict.peak_memory_gib, verdict.usable_bytes / 2**30,
@@ -182,10 +221,17 @@ def explain_infeasible(result: SearchResult, limit: int = 65536, probes: int = 1
 
     The count doubles until some strategy fits; then up to ``probes`` whole-node
     counts between the last miss and the first fit are tried, smallest first.
+
+    The closest miss is a memory check of every strategy of the space; when none fits, that is
+    :func:`first_fitting`'s answer for this problem too, remembered for the problems of a study
+    with fewer GPUs, which probe this count (a study searches its largest counts first).
     """
     problem = result.problem
     node = problem.cluster.gpus_per_node
     with threadpool_limits(limits=1):
+        closest = result.closest_to_fitting()
+        if closest is None or not closest.feasible:
+            _remember_first_fitting(problem, None)
         low, count = problem.num_gpus, problem.num_gpus * 2
         while count <= limit:
             fit = _fits_on(problem, count)
@@ -193,7 +239,7 @@ def explain_infeasible(result: SearchResult, limit: int = 65536, probes: int = 1
                 step = max(node, -(-(count - low) // (probes * node)) * node)
                 for between in range(low + step, count, step):
                     if (found := _fits_on(problem, between)) is not None:
-                        return Infeasibility(result.closest_to_fitting(), between, found, limit)
-                return Infeasibility(result.closest_to_fitting(), count, fit, limit)
+                        return Infeasibility(closest, between, found, limit)
+                return Infeasibility(closest, count, fit, limit)
             low, count = count, count * 2
-    return Infeasibility(result.closest_to_fitting(), None, None, limit)
+    return Infeasibility(closest, None, None, limit)
