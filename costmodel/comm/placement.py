@@ -294,11 +294,18 @@ def group_placement(kind: str, strategy: Strategy, cluster: ClusterSpec,
     -------
     GroupPlacement
     """
+    # a search asks for the same few placements of thousands of strategies: checks run on a miss only
+    return _checked_placement(kind, _layout(strategy), cluster, order, stage)
+
+
+@lru_cache(maxsize=4096)
+def _checked_placement(kind: str, layout: _Layout, cluster: ClusterSpec, order: str,
+                       stage: int | None) -> GroupPlacement:
+    """``group_placement`` of a layout, after its checks (an error is raised again on every call: not cached)."""
     _check_kind(kind)
-    if strategy.world_size != cluster.num_gpus:
-        raise SpecError("strategy", f"tp*cp*dp*pp={strategy.world_size}",
-                        f"a layout of all cluster.num_gpus={cluster.num_gpus} GPUs")
-    layout = _layout(strategy)
+    world = layout.tp * layout.cp * layout.dp * layout.pp
+    if world != cluster.num_gpus:
+        raise SpecError("strategy", f"tp*cp*dp*pp={world}", f"a layout of all cluster.num_gpus={cluster.num_gpus} GPUs")
     return _layout_placement(kind, layout, cluster, _parse_order(order), _check_stage(stage, layout.pp))
 
 

@@ -47,22 +47,30 @@ def optimizer_params_on_gpu(run: RunSpec, stage: int) -> float:
     return model_state_bytes(run, stage)[2] / state_bytes_per_param(run.framework)[1]
 
 
-def stage_ops_key(run: RunSpec, stage: int) -> tuple[Any, ...]:
-    """Everything ``stage_ops(run, stage)`` depends on: equal keys give equal operator lists.
+def layer_ops_key(run: RunSpec) -> tuple[Any, ...]:
+    """Everything one layer's operators (``decompose.layer_ops`` as ``stage_ops`` calls it) depend on.
 
-    The model, the sequence length, the strategy fields ``costmodel.llm.decompose``
-    reads (cp_comm_type for the p2p ring's attention kernels; recompute as the framework's policy,
-    ``costmodel.llm.recompute``; its RoPE fusion), the stage's (dense, MoE) layer counts, and the
-    embedding, MTP layers and loss it holds (``PipelineLayout.rank_key``; a stage's index does not
-    matter). dp, the global batch, ZeRO and the overlap switches shape no operator; pp and vpp only
-    through the layer counts.
+    The model, the sequence length, the strategy fields ``costmodel.llm.decompose`` reads
+    (cp_comm_type for the p2p ring's attention kernels; recompute as the framework's policy,
+    ``costmodel.llm.recompute``; the MoE fields of ``moe.ops_key``), the framework's RoPE fusion and
+    attention kernel. The GPU is the timer's (memos live on a timer). dp, the global batch, ZeRO,
+    the overlap switches and the pipeline knobs shape no layer operator.
     """
     s = run.strategy
     return (run.model, run.seq_length, s.tp, s.cp, s.cp_comm_type, s.ep, s.micro_batch_size,
             s.sequence_parallel, recompute_policy(run), s.precision, s.flash_attention,
-            stage_layer_counts(run.model, s, stage),
-            layout_of(run.model, s).rank_key(stage)[1:], moe.ops_key(run), run.framework.rope_fusion,
-            run.framework.attention_kernel)
+            moe.ops_key(run), run.framework.rope_fusion, run.framework.attention_kernel)
+
+
+def stage_ops_key(run: RunSpec, stage: int) -> tuple[Any, ...]:
+    """Everything ``stage_ops(run, stage)`` depends on: equal keys give equal operator lists.
+
+    ``layer_ops_key``, the stage's (dense, MoE) layer counts, and the embedding, MTP layers and
+    loss it holds (``PipelineLayout.rank_key``; a stage's index does not matter): pp and vpp
+    shape operators only through these.
+    """
+    s = run.strategy
+    return layer_ops_key(run) + (stage_layer_counts(run.model, s, stage), layout_of(run.model, s).rank_key(stage)[1:])
 
 
 def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer) -> StageCompute:

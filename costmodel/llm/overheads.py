@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from statistics import NormalDist
 
+from costmodel.llm.compute import layer_ops_key
 from costmodel.llm.decompose import fa2_device, layer_ops
 from costmodel.llm.recompute import recompute_policy
 from costmodel.ops import Op
@@ -80,14 +81,14 @@ def kernels_per_layer(run: RunSpec, moe: bool = False) -> tuple[int, int]:
 def layer_launch_exposed_s(run: RunSpec, timer: OperatorTimer, dense_layers: float, moe_layers: float) -> float:
     """Exposed launch seconds of one micro-batch (forward, then backward) over a stage's layers.
 
-    Each layer's GPU work is its own operators timed by ``timer`` (memoised on the timer
-    per model, sequence, strategy, framework and layer kind). Captured layers (``Strategy.cuda_graphs``)
-    issue one graph launch per pass.
+    Each layer's GPU work is its own operators timed by ``timer`` (memoised on the timer by
+    ``costmodel.llm.compute.layer_ops_key``, the CUDA-graph capture and the layer kind). Captured
+    layers (``Strategy.cuda_graphs``) issue one graph launch per pass.
     """
     exposed = 0.0
     for count, moe in ((dense_layers, False), (moe_layers, True)):
         if count > 0:
-            key = ("launch_exposed", run.model, run.seq_length, run.strategy, run.framework, moe)
+            key = ("launch_exposed", layer_ops_key(run), run.strategy.cuda_graphs, moe)
             hit = timer.stage_memo.get(key)
             if hit is None:
                 timed = timer.time_ops(_layer_ops(run, moe))

@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any, Final
 
 from constraints.memory import fsdp_grad_sync_deferred
@@ -226,6 +227,7 @@ def _finish(start: float, work: float, busy: list[tuple[float, float]], first: i
     return t + max(left, 0.0), i
 
 
+@lru_cache(maxsize=65536)  # a pure function of numbers: a search replays the same passes for many strategies
 def sharded_pass_seconds(layers: int, compute_s: float, gather_s: float, scatter_s: float,
                          prefetch: float, slowdown: float = NCCL_COMPUTE_SLOWDOWN) -> float:
     """Seconds of one pass (forward or backward) over ``layers`` equal layers of a sharded stage.

@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 
 from constraints.memory import params_on_gpu
-from costmodel.llm import dp_buckets, moe
 from costmodel.calibration import compute_scale as calibrated_scale
 from costmodel.comm import collective_seconds, group_placement
 from costmodel.factored_timing import collective_factor_for
-from costmodel.llm.compute import StageCompute, pipeline_compute
-from costmodel.llm.decompose import layer_shape, shared_expert_ops
+from costmodel.llm import dp_buckets, moe
+from costmodel.llm.compute import StageCompute, layer_ops_key, pipeline_compute
 from costmodel.llm.cp_comm import cp_layer_exposed_s
+from costmodel.llm.decompose import layer_shape, shared_expert_ops
 from costmodel.llm.flops import model_flops_per_step
 from costmodel.llm.messages import BF16, activation_bytes, grad_reduce_bytes, param_gather_bytes
 from costmodel.llm.overheads import layer_launch_exposed_s, straggler_fraction
@@ -44,11 +44,11 @@ from costmodel.llm.sharding import (
     sharding_settings,
     zero3_microbatch_seconds,
 )
+from costmodel.llm.tp_comm import tp_layer_exposed_s
 from costmodel.ops import memory_op
 from costmodel.specs.layout import stage_layer_counts
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
-from costmodel.llm.tp_comm import tp_layer_exposed_s
 
 BREAKDOWN_KEYS = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "pp_bubble_s",
                   "dp_comm_exposed_s", "optimizer_s", "other_s")
@@ -117,20 +117,34 @@ def _on_group(timer: OperatorTimer, placement: Any, gpu: Any) -> Callable[[str, 
     return lambda op, nbytes: _collective(timer, op, nbytes, placement, gpu)
 
 
+def _memo(timer: OperatorTimer, key: tuple[Any, ...], compute: Callable[[], float]) -> float:
+    """``compute()`` memoised on ``timer`` under ``key`` (which holds every input it reads)."""
+    hit = timer.stage_memo.get(key)
+    if hit is None:
+        hit = timer.stage_memo[key] = compute()
+    return hit
+
+
 def _layer_comm(run: RunSpec, timer: OperatorTimer, stage: StageCompute, layers: float,
                 moe_layers: float, pp_rank: int | None = None) -> tuple[float, float, float, float]:
     """(tp, cp, ep, zero3) exposed seconds per micro-batch on one rank (forward + backward)."""
-    model, s, cluster, gpu = run.model, run.strategy, run.cluster, run.cluster.gpu
+    s, cluster, gpu = run.strategy, run.cluster, run.cluster.gpu
     tp = cp = ep = z3 = 0.0
+    if s.tp > 1 or s.cp > 1:
+        layer_key = layer_ops_key(run)
     if s.tp > 1:
         g = group_placement("tp", s, cluster, stage=pp_rank)
-        on_tp = _on_group(timer, g, gpu)
-        tp = (layers - moe_layers) * tp_layer_exposed_s(run, timer, on_tp)
+        # memoised per layer shape, TP-overlap settings and group: the same for thousands of strategies
+        tp_key = ("tp_layer", layer_key, s.tp_comm_overlap, run.framework.tp_comm_sm_margin, g, gpu)
+        tp = (layers - moe_layers) * _memo(timer, tp_key + (False,),
+                                           lambda: tp_layer_exposed_s(run, timer, _on_group(timer, g, gpu)))
         if moe_layers:  # the routed experts' SP gather/scatter is the dispatcher's (ep below)
-            tp += moe_layers * tp_layer_exposed_s(run, timer, on_tp, moe=True)
+            tp += moe_layers * _memo(timer, tp_key + (True,),
+                                     lambda: tp_layer_exposed_s(run, timer, _on_group(timer, g, gpu), moe=True))
     if s.cp > 1:
         g = group_placement("cp", s, cluster, stage=pp_rank)
-        cp = layers * cp_layer_exposed_s(run, timer, _on_group(timer, g, gpu))
+        cp = layers * _memo(timer, ("cp_layer", layer_key, g, gpu),
+                            lambda: cp_layer_exposed_s(run, timer, _on_group(timer, g, gpu)))
     if moe_layers:
         ep = _ep_exposed(run, timer, stage, layers, moe_layers, pp_rank)
     if s.dp * s.cp > 1 and s.zero_stage == 3:
@@ -327,8 +341,9 @@ def _param_gather_head(run: RunSpec, timer: OperatorTimer, stage: StageCompute, 
         # each bucket's forward in proportion to its parameters; an embedding alone in a bucket is a lookup
         layer_params = max(params - own, 1e-9)
         forwards = [0.0 if i == 0 and own else stage.forward_s * b / layer_params for i, b in enumerate(sizes)]
+        gathers = {b: _collective(timer, "all_gather", b * wire, g, gpu) for b in set(sizes)}  # 1-3 sizes
         head += dp_buckets.param_gather_exposed_s(
-            [_collective(timer, "all_gather", b * wire, g, gpu) for b in sizes], forwards,
+            [gathers[b] for b in sizes], forwards,
             _collective(timer, "all_gather", params * wire, g, gpu),
             dp_buckets.bucketed(run.framework.dp_bucket_scheme, pp_rank), upstream_forward_s)
     return head
