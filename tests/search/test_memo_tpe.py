@@ -7,8 +7,7 @@ import warnings
 import optuna
 import pytest
 
-from search.samplers import TPESearcher
-from search.samplers import _tpe
+from search.samplers import TPESearcher, _tpe
 from search.samplers._memo_tpe import SplitMemoTPESampler
 from search.space import build_space
 from tests.search.conftest import analytic_evaluator, small_problem
@@ -57,3 +56,27 @@ def test_sampler_equals_stock_on_conditional_pruned_and_infeasible_trials() -> N
 def test_constant_liar_is_refused() -> None:
     with pytest.raises(ValueError, match="constant_liar"):
         SplitMemoTPESampler(constant_liar=True)
+
+
+def test_split_runs_once_per_trial_not_once_per_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    from optuna.samplers._tpe import sampler as tpe_module
+
+    calls = {"split": 0, "sample": 0}
+    split, sample = tpe_module._split_trials, optuna.samplers.TPESampler._sample
+
+    def counted_split(*args: object) -> object:
+        calls["split"] += 1
+        return split(*args)
+
+    def counted_sample(self: object, *args: object) -> object:
+        calls["sample"] += 1
+        return sample(self, *args)
+
+    monkeypatch.setattr(tpe_module, "_split_trials", counted_split)
+    monkeypatch.setattr(optuna.samplers.TPESampler, "_sample", counted_sample)
+    kwargs = {"seed": 11, "n_startup_trials": 5, "multivariate": True, "group": True}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        _conditional_study(SplitMemoTPESampler(**kwargs))
+    assert tpe_module._split_trials is counted_split  # restored after every sampling
+    assert 0 < calls["split"] < calls["sample"]  # several groups per trial share one split
