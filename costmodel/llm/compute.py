@@ -85,10 +85,14 @@ def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer) -> StageComput
                   timed.total_family("attention_fwd", ("fwd",)), tuple(timed.notes), float(wgrad))
         timer.stage_memo[key] = totals
     forward, backward, recompute, attention, notes, wgrad = totals
-    opt = timer.time_ops([optimizer_op(optimizer_params_on_gpu(run, stage))])
+    params = optimizer_params_on_gpu(run, stage)
+    opt_key = ("optimizer", params, notes)
+    optimizer = timer.stage_memo.get(opt_key)
+    if optimizer is None:
+        opt = timer.time_ops([optimizer_op(params)])
+        optimizer = timer.stage_memo[opt_key] = (opt.total(), tuple(sorted(set(notes) | set(opt.notes))))
     return StageCompute(stage=stage, forward_s=forward, backward_s=backward, recompute_s=recompute,
-                        optimizer_s=opt.total(), attention_s=attention,
-                        notes=tuple(sorted(set(notes) | set(opt.notes))), wgrad_s=wgrad)
+                        optimizer_s=optimizer[0], attention_s=attention, notes=optimizer[1], wgrad_s=wgrad)
 
 
 def distinct_stages(pp: int) -> list[int]:
