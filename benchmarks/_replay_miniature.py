@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from costmodel.replay.host import read_json_note
 from costmodel.specs.errors import SpecError
 
 HIDDEN, SEQ, HEADS = 128, 64, 4
@@ -168,12 +169,7 @@ class RecordingNote:
     @classmethod
     def read(cls, path: Path) -> RecordingNote:
         """The note in ``path``; SpecError (naming the field) if it is not one."""
-        if path.stat().st_size > MAX_NOTE_BYTES:
-            raise SpecError("recording.json", str(path), f"a file of at most {MAX_NOTE_BYTES} bytes")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SpecError("recording.json", str(path), f"JSON ({exc.__class__.__name__})") from None
+        data = read_json_note(path, "recording.json", MAX_NOTE_BYTES)
         fields = {"round", "recorded", "seconds", "load_before", "load_after"}
         if not isinstance(data, dict) or set(data) != fields:
             shown = sorted(set(data) ^ fields)[0] if isinstance(data, dict) else type(data).__name__

@@ -26,9 +26,20 @@ from costmodel.comm.formulas import bus_factor
 from costmodel.replay.graph import Graph
 from costmodel.specs.errors import SpecError
 
-__all__ = ["HostProfile", "change_cpu_ranks", "corun_slowdown", "scale_gradient_bucket", "time_slicing"]
+__all__ = ["HostProfile", "change_cpu_ranks", "corun_slowdown", "read_json_note", "scale_gradient_bucket",
+           "time_slicing"]
 
 MAX_HOST_JSON_BYTES = 64 * 1024  # host.json holds a few numbers
+
+
+def read_json_note(path: Path, field: str, max_bytes: int) -> object:
+    """The JSON value of a small note file beside a recording; SpecError naming ``field`` if it is none."""
+    if path.stat().st_size > max_bytes:
+        raise SpecError(field, str(path), f"a file of at most {max_bytes} bytes")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecError(field, str(path), f"JSON ({exc.__class__.__name__})") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,12 +65,7 @@ class HostProfile:
     @classmethod
     def read(cls, path: Path) -> HostProfile:
         """The profile in ``path`` (a ``host.json`` written by :meth:`write`); SpecError if it is not one."""
-        if path.stat().st_size > MAX_HOST_JSON_BYTES:
-            raise SpecError("host.json", str(path), f"a file of at most {MAX_HOST_JSON_BYTES} bytes")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SpecError("host.json", str(path), f"JSON ({exc.__class__.__name__})") from None
+        data = read_json_note(path, "host.json", MAX_HOST_JSON_BYTES)
         if not isinstance(data, dict) or "cores" not in data:
             raise SpecError("host.json", str(path), 'an object with "cores"')
         unknown = set(data) - {"cores", "corun_slowdown", "corun_source"}
