@@ -212,7 +212,7 @@ def search(problem: Mapping[str, Any] | RunLike, *, trials: int | None = None, s
     spec, run = search_problem(problem, memory_margin)
     with _one_blas_thread():
         result = run_search(spec, sampler=sampler, n_trials=trials, seed=seed, profile_dir=profile_dir,
-                            storage=storage, study_name=study_name)
+                            storage=storage, study_name=study_name, starts=() if run is None else (run.strategy,))
         best = result.best
         prediction = None if best is None else Prediction.from_dict(
             {**result.to_json(0)["best"]["prediction"], "framework": spec.framework.name})

@@ -293,9 +293,11 @@ def _search_one(problem: SearchProblem, *, args: argparse.Namespace, sampler: st
     if name is not None and many:
         name = f"{name}-{problem.num_gpus}gpus"
     progress.start(problem.num_gpus)
+    # a run spec searched from: its own strategy is tried first (when this problem's space holds it)
+    starts = () if getattr(args, "baseline", None) is None else (args.baseline.strategy,)
     result = run_search(problem, sampler=sampler, objective=objective, n_trials=args.trials, seed=args.seed,
                         profile_dir=args.profile, storage=args.storage, study_name=name, n_jobs=args.jobs,
-                        on_trial=progress.trial)
+                        on_trial=progress.trial, starts=starts)
     progress.finished(result)
     return result
 
@@ -368,6 +370,10 @@ def _baseline_line(baseline: dict[str, Any]) -> str:
     if baseline["speedup"] is None:
         why = "; ".join(baseline["violations"]) or "it does not fit in memory"
         return f"the run spec's strategy ({baseline['label']}) has no comparable step time: {why}"
+    if baseline["speedup"] < 1.0:  # it sets knobs the space does not hold (an explicit layout, flushes, ...)
+        return (f"the run spec's strategy ({baseline['label']}, {baseline['step_time_s']:.3f} s/step) is "
+                f"{1.0 / baseline['speedup']:.2f}x as fast as the best one found, which the searched space "
+                f"does not improve on: keep it")
     return (f"vs the run spec's strategy ({baseline['label']}, {baseline['step_time_s']:.3f} s/step): the best is "
             f"{baseline['speedup']:.2f}x as fast")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from threadpoolctl import threadpool_limits
 
 from constraints import check
 from costmodel.specs.errors import SpecError
+from costmodel.specs.strategy import Strategy
 from search.objective import OBJECTIVES, Evaluation, Evaluator
 from search.result import SearchResult
 from search.samplers import SAMPLERS, BaseSearcher, ExhaustiveSearcher, NSGAIISearcher, TPESearcher
@@ -44,7 +45,8 @@ def make_searcher(sampler: str = "tpe", *, objective: str = "time", seed: int = 
 def run_search(problem: SearchProblem, *, sampler: str = "tpe", objective: str = "time",
                n_trials: int | None = None, seed: int = 0, profile_dir: str | Path | None = None,
                storage: str | None = None, study_name: str | None = None, n_jobs: int = 1,
-               evaluator: Evaluator | None = None, on_trial: TrialCallback | None = None) -> SearchResult:
+               evaluator: Evaluator | None = None, on_trial: TrialCallback | None = None,
+               starts: Sequence[Strategy] = ()) -> SearchResult:
     """Search ``problem`` and return every evaluation with the time it took.
 
     Parameters
@@ -69,6 +71,8 @@ def run_search(problem: SearchProblem, *, sampler: str = "tpe", objective: str =
         Reuse memoised evaluations (e.g. across samplers on one problem).
     on_trial : callable, optional
         Told ``(finished, total)`` as trials finish (a progress line).
+    starts : sequence of Strategy
+        Strategies tried first when they are in the space (the run spec's own, searched from).
 
     Raises
     ------
@@ -82,7 +86,8 @@ def run_search(problem: SearchProblem, *, sampler: str = "tpe", objective: str =
         evaluator = evaluator or Evaluator(problem, profile_dir)
         evaluator.timer  # noqa: B018 - load the profile once, before any trial: a bad one is one error
         study = open_study(storage, study_name, searcher.directions, searcher.make_sampler())
-        evaluations = searcher.search(space, evaluator, n_trials=n_trials, study=study, on_trial=on_trial)
+        evaluations = searcher.search(space, evaluator, n_trials=n_trials, study=study, on_trial=on_trial,
+                                      starts=starts)
         elapsed = time.perf_counter() - start
     return SearchResult(problem=problem, evaluations=tuple(evaluations), sampler=sampler, objective=objective,
                         elapsed_s=elapsed, profile_dir=evaluator.profile_dir, evaluator=evaluator)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from costmodel.specs.strategy import Strategy
 from search.objective import Evaluator
 from search.space import StrategySpace
 
@@ -34,7 +35,8 @@ class BaseSearcher(abc.ABC):
 
     @abc.abstractmethod
     def search(self, space: StrategySpace, evaluator: Evaluator, *, n_trials: int | None,
-               study: Any = None, on_trial: TrialCallback | None = None) -> list[Any]:
+               study: Any = None, on_trial: TrialCallback | None = None,
+               starts: Sequence[Strategy] = ()) -> list[Any]:
         """Evaluations (``search.objective.Evaluation``) in proposal order.
 
         Parameters
@@ -49,6 +51,9 @@ class BaseSearcher(abc.ABC):
             Where to store trials; a new in-memory study when absent (Optuna searchers).
         on_trial : callable, optional
             Told ``(finished, total)`` as trials finish.
+        starts : sequence of Strategy
+            Strategies of the space to try first (a user's own strategy), within ``n_trials``; a
+            sweep of the whole space tries them anyway.
         """
 
     def make_sampler(self) -> Any:

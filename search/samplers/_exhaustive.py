@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import optuna
 from threadpoolctl import threadpool_limits
 
+from costmodel.specs.strategy import Strategy
 from search.objective import DASHBOARD_CONSTRAINTS, Evaluation, Evaluator, objective_values, strategy_from_attrs
 from search.samplers._base import BaseSearcher, TrialCallback
 from search.space import StrategySpace
@@ -58,7 +60,8 @@ class ExhaustiveSearcher(BaseSearcher):
         return max(1, jobs)
 
     def search(self, space: StrategySpace, evaluator: Evaluator, *, n_trials: int | None = None,
-               study: Any = None, on_trial: TrialCallback | None = None) -> list[Evaluation]:
+               study: Any = None, on_trial: TrialCallback | None = None,
+               starts: Sequence[Strategy] = ()) -> list[Evaluation]:
         strategies = list(space)
         if n_trials is not None:
             strategies = strategies[:n_trials]

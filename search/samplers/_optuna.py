@@ -26,6 +26,7 @@ import optuna
 from optuna.search_space.group_decomposed import _SearchSpaceGroup
 from optuna.trial import TrialState
 
+from costmodel.specs.strategy import Strategy
 from search.objective import Evaluation, Evaluator, optuna_objective, stored_copy, strategy_from_attrs, working_copy
 from search.samplers._base import BaseSearcher, TrialCallback
 from search.space import StrategySpace
@@ -163,23 +164,31 @@ class OptunaSearcher(BaseSearcher):
         optimize(total - finished(study))
 
     def search(self, space: StrategySpace, evaluator: Evaluator, *, n_trials: int | None,
-               study: Any = None, on_trial: TrialCallback | None = None) -> list[Evaluation]:
+               study: Any = None, on_trial: TrialCallback | None = None,
+               starts: Sequence[Strategy] = ()) -> list[Evaluation]:
         total = self.default_trials if n_trials is None else n_trials
         verbosity = optuna.logging.get_verbosity()
         # No line per trial or study, and no traceback for the trial Ctrl-C cuts off (it is marked failed).
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         try:
-            return self._search(space, evaluator, total, study, on_trial)
+            return self._search(space, evaluator, total, study, on_trial, starts)
         finally:
             optuna.logging.set_verbosity(verbosity)
 
     def _search(self, space: StrategySpace, evaluator: Evaluator, total: int, store: Any,
-                on_trial: TrialCallback | None) -> list[Evaluation]:
+                on_trial: TrialCallback | None, starts: Sequence[Strategy] = ()) -> list[Evaluation]:
         work = optuna.create_study(directions=study_directions(self.directions), sampler=self.make_sampler())
         if store is not None:
             work.add_trials([working_copy(t) for t in finished_trials(store)])
         # Resuming: the stored strategies are evaluated again (one batch, memoised), not run again.
-        evaluator.evaluate_many(strategy_from_attrs(t.user_attrs, space) for t in finished_trials(work))
+        tried = evaluator.evaluate_many(strategy_from_attrs(t.user_attrs, space) for t in finished_trials(work))
+        # The caller's starts run first (the sampler and the hill-climb then see them), unless already tried.
+        seen = {e.strategy for e in tried}
+        for strategy in dict.fromkeys(s for s in starts if space.contains(s) and s not in seen):
+            if len(seen) >= total:
+                break
+            work.enqueue_trial(space.knobs_of(strategy), skip_if_exists=False)
+            seen.add(strategy)
         if finished(work) < total:
             self._run(work, space, evaluator, total, self.optimizer(work, space, evaluator, total, on_trial, store))
         return [evaluator.evaluate(strategy_from_attrs(t.user_attrs, space)) for t in finished_trials(work)]
