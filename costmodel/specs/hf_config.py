@@ -103,7 +103,7 @@ LAYOUTS: dict[str, _Layout] = {
          "vocab_size": ("vocab_size",)},
         {"tie_embeddings": ("tie_word_embeddings", True)},
         {**_BIASED, "activation": "gelu", "position_embedding": "alibi"},
-        context_key=None),  # BLOOM trained on 2048-token sequences; configs omit it
+        context_key=None, dropout_keys=_NO_DROPOUT),  # BLOOM trained on 2048-token sequences; configs omit it
     "gpt2": _Layout(
         {"num_layers": ("n_layer",), "hidden_size": ("n_embd",), "num_attention_heads": ("n_head",),
          "vocab_size": ("vocab_size",), "max_position_embeddings": ("n_positions",)},
@@ -113,14 +113,15 @@ LAYOUTS: dict[str, _Layout] = {
     "gpt_neox": _Layout(
         {**_LLAMA_REQUIRED, "max_position_embeddings": ("max_position_embeddings",)},
         {"tie_embeddings": ("tie_word_embeddings", False)},
-        {**_BIASED, "activation": "gelu", "position_embedding": "rope"}),  # rotary_pct: no params
+        {**_BIASED, "activation": "gelu", "position_embedding": "rope"},  # rotary_pct: no params
+        dropout_keys=_NO_DROPOUT),
     "llama": _LLAMA,
-    "mistral": _Layout(_LLAMA_REQUIRED, _LLAMA_OPTIONAL, _GATED, windows=True),
+    "mistral": _Layout(_LLAMA_REQUIRED, _LLAMA_OPTIONAL, _GATED, windows=True, dropout_keys=_NO_DROPOUT),
     "mixtral": _Layout(
         _LLAMA_REQUIRED,
         {**_LLAMA_OPTIONAL, "num_experts": ("num_local_experts", 8),
          "moe_router_topk": ("num_experts_per_tok", 2)},
-        _GATED, windows=True),
+        _GATED, windows=True, dropout_keys=_NO_DROPOUT),
     "opt": _Layout(
         {"num_layers": ("num_hidden_layers",), "hidden_size": ("hidden_size",),
          "num_attention_heads": ("num_attention_heads",), "ffn_hidden_size": ("ffn_dim",),
@@ -129,7 +130,8 @@ LAYOUTS: dict[str, _Layout] = {
          "add_qkv_bias": ("enable_bias", True)},
         # ReLU MLP: "gelu" stands for any two-matrix MLP (same parameter count).
         {"activation": "gelu", "normalization": "layernorm", "position_embedding": "learned"}),
-    "qwen2": _Layout(_LLAMA_REQUIRED, _LLAMA_OPTIONAL, {**_GATED, "add_qkv_bias": True}, windows=True),
+    "qwen2": _Layout(_LLAMA_REQUIRED, _LLAMA_OPTIONAL, {**_GATED, "add_qkv_bias": True}, windows=True,
+                     dropout_keys=_NO_DROPOUT),
     # Qwen3: per-head RMSNorm on queries and keys, no QKV bias (Qwen3 report, arXiv 2505.09388 Sec. 2).
     "qwen3": _Layout(_LLAMA_REQUIRED, _LLAMA_OPTIONAL, {**_GATED, "qk_norm": True}, windows=True,
                      dropout_keys=_NO_DROPOUT),
