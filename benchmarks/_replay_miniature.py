@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import resource
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -154,6 +155,10 @@ class RecordingNote:
     """1-minute load average when it began (``os.getloadavg``)."""
     load_after: float
     """1-minute load average when it ended."""
+    other_cores: float | None = None
+    """Mean cores that processes other than the recording kept busy while it ran (``other_busy_cores``);
+    None where unmeasured (not Linux, or a recording of an older benchmark). The load average cannot tell:
+    it counts the recording's own ranks (4 on 2 cores for dp 4)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.round, bool) or not isinstance(self.round, int) or not 0 <= self.round < 1000:
@@ -163,6 +168,10 @@ class RecordingNote:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or not 0 <= value <= 1e6:
                 raise SpecError(f"recording.json {name}", value, "a number between 0 and 1e6")
+        other = self.other_cores
+        if other is not None and (isinstance(other, bool) or not isinstance(other, (int, float))
+                                  or not math.isfinite(other) or not 0 <= other <= 1e6):
+            raise SpecError("recording.json other_cores", other, "a number between 0 and 1e6, or null")
         if not isinstance(self.recorded, str) or len(self.recorded) > 40:
             raise SpecError("recording.json recorded", self.recorded, "a time YYYY-MM-DD HH:MM:SS")
 
@@ -171,13 +180,35 @@ class RecordingNote:
         """The note in ``path``; SpecError (naming the field) if it is not one."""
         data = read_json_note(path, "recording.json", MAX_NOTE_BYTES)
         fields = {"round", "recorded", "seconds", "load_before", "load_after"}
-        if not isinstance(data, dict) or set(data) != fields:
-            shown = sorted(set(data) ^ fields)[0] if isinstance(data, dict) else type(data).__name__
-            raise SpecError("recording.json key", shown, "exactly " + ", ".join(sorted(fields)))
+        if not isinstance(data, dict) or not fields <= set(data) <= fields | {"other_cores"}:
+            shown = sorted(set(data) ^ fields - {"other_cores"})[0] if isinstance(data, dict) else type(data).__name__
+            raise SpecError("recording.json key", shown, ", ".join(sorted(fields)) + " (and other_cores)")
         return cls(**data)
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1) + "\n", encoding="utf-8")
+
+
+def _busy_cpu_s() -> float | None:
+    """CPU seconds the whole host has been busy since boot (``/proc/stat``: all but idle and iowait), None off Linux."""
+    try:
+        ticks = [int(x) for x in Path("/proc/stat").read_text(encoding="ascii").split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    """CPU seconds of this process and its waited-for children (the recording's ranks once joined)."""
+    me, ranks = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + ranks.ru_utime + ranks.ru_stime
+
+
+def other_busy_cores(busy_before: float | None, busy_after: float | None, own_s: float, wall_s: float) -> float | None:
+    """Mean cores other processes kept busy over ``wall_s``: the host's busy CPU time less ``own_s`` (ours)."""
+    if busy_before is None or busy_after is None or wall_s <= 0:
+        return None
+    return max(0.0, (busy_after - busy_before - own_s) / wall_s)
 
 
 def record_rounds(configs: Sequence[Config], out: Path, rounds: int, port: int = 29611,
@@ -189,10 +220,14 @@ def record_rounds(configs: Sequence[Config], out: Path, rounds: int, port: int =
         for config in configs:
             folder = out / f"round{round_}" / config.name
             load, start, when = os.getloadavg()[0], time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S")
+            busy, own = _busy_cpu_s(), _own_cpu_s()
             record_config(config, folder, port)
             port += 1
-            note = RecordingNote(round=round_, recorded=when, seconds=round(time.perf_counter() - start, 3),
-                                 load_before=round(load, 2), load_after=round(os.getloadavg()[0], 2))
+            wall = time.perf_counter() - start
+            other = other_busy_cores(busy, _busy_cpu_s(), _own_cpu_s() - own, wall)
+            note = RecordingNote(round=round_, recorded=when, seconds=round(wall, 3), load_before=round(load, 2),
+                                 load_after=round(os.getloadavg()[0], 2),
+                                 other_cores=None if other is None else round(other, 3))
             note.write(folder / "recording.json")
             if progress is not None:
                 progress(f"recorded round {round_} {config.name} (load {note.load_before:.2f} -> "

@@ -59,9 +59,13 @@ from costmodel.replay.simulate import simulate  # noqa: E402
 from costmodel.specs.errors import SpecError  # noqa: E402
 
 LAYERS, WORLDS, BATCHES = (2, 4), (1, 2, 4), (2, 8)
+QUIET_OTHER_CORES = 0.25
+"""A recording is quiet when other processes kept at most this many cores busy on average while it ran
+(``RecordingNote.other_cores``): a quality bound on the measurement (other work on the host shows in every
+operator), not a model figure."""
 QUIET_LOAD_PER_CORE = 0.75
-"""A recording is quiet when the 1-min load before and after it is at most this per core (1.5 on 2 cores): a
-quality bound on the measurement (other work on the host shows in every operator), not a model figure."""
+"""For recordings without ``other_cores``: quiet when the 1-min load before and after was at most this per core
+(1.5 on 2 cores). The load counts the recording's own ranks too, so a dp 4 recording on 2 cores never passes."""
 ESTIMATORS = ("wall", "median", "fastest_ops")
 
 
@@ -158,20 +162,28 @@ def choose_recordings(found: dict[Config, list[tuple[Path, RecordingNote | None]
         minima = [fastest_measured_s(folder / "rank0.json") for folder, _ in recordings]
         best = int(np.argmin(minima))
         loads = [None if note is None else (note.load_before, note.load_after) for _, note in recordings]
+        others = [None if note is None else note.other_cores for _, note in recordings]
         chosen[config] = {"folder": recordings[best][0], "round": best, "minima_s": minima,
-                          "median_of_minima_s": float(np.median(minima)), "loads": loads, "load": loads[best]}
+                          "median_of_minima_s": float(np.median(minima)), "loads": loads, "load": loads[best],
+                          "other_cores": others, "other": others[best]}
     return chosen
 
 
-def quiet_recordings(loads: list[tuple[float, float] | None], cores: int) -> bool:
-    """Whether every recording's 1-min load before and after was at most ``QUIET_LOAD_PER_CORE`` per core
-    (an unrecorded load is not quiet: nothing shows it was)."""
-    return all(load is not None and max(load) <= QUIET_LOAD_PER_CORE * cores for load in loads)
+def quiet_recordings(loads: list[tuple[float, float] | None], cores: int,
+                     others: list[float | None] | None = None) -> bool:
+    """Whether every recording was quiet: other processes' busy cores at most ``QUIET_OTHER_CORES`` where
+    measured, else the 1-min load before and after at most ``QUIET_LOAD_PER_CORE`` per core (an unrecorded
+    load is not quiet: nothing shows it was)."""
+    others = others if others is not None else [None] * len(loads)
+    return all(other <= QUIET_OTHER_CORES if other is not None
+               else load is not None and max(load) <= QUIET_LOAD_PER_CORE * cores
+               for load, other in zip(loads, others))
 
 
 def _load(choice: dict[str, object]) -> str:
-    load = choice["load"]
-    return "?" if load is None else f"{load[0]:.1f}-{load[1]:.1f}"  # type: ignore[index]
+    load, other = choice["load"], choice.get("other")
+    busy = "" if other is None else f", others {other:.2f} cores"
+    return "?" if load is None else f"{load[0]:.1f}-{load[1]:.1f}{busy}"  # type: ignore[index]
 
 
 def main() -> int:
@@ -211,10 +223,13 @@ def main() -> int:
         row["source_load"], row["target_load"] = recorded[source]["load"], recorded[target]["load"]
         median = float(recorded[target]["median_of_minima_s"])  # type: ignore[arg-type]
         row["wall_median_of_minima_error"] = float(row["wall_predicted_s"]) / median - 1.0  # type: ignore[arg-type]
-        row["quiet"] = quiet_recordings([row["source_load"], row["target_load"]], host.cores)  # type: ignore[list-item]
+        row["source_other_cores"], row["target_other_cores"] = recorded[source]["other"], recorded[target]["other"]
+        row["quiet"] = quiet_recordings([row["source_load"], row["target_load"]], host.cores,  # type: ignore[list-item]
+                                        [row["source_other_cores"], row["target_other_cores"]])  # type: ignore[list-item]
     mape = _mape(rows)
     same_program = _mape([r for r in rows if not r["program_differs"]])
     recordings = {c.name: {"chosen": str(v["folder"]), "minima_s": v["minima_s"], "loads": v["loads"],
+                           "other_cores": v["other_cores"],
                            "median_of_minima_s": v["median_of_minima_s"]} for c, v in recorded.items()}
     against_median = float(np.mean([abs(float(r["wall_median_of_minima_error"])) for r in rows]))  # type: ignore[arg-type]
     if args.json:
@@ -246,7 +261,7 @@ def main() -> int:
     quiet = [r for r in rows if r["quiet"]]
     for label, table, chosen in (("", mape, rows), (" (same program)", same_program,
                                                     [r for r in rows if not r["program_differs"]]),
-                                 (f" (quiet recordings, load <= {QUIET_LOAD_PER_CORE * host.cores:g})", _mape(quiet),
+                                 (f" (quiet recordings: others <= {QUIET_OTHER_CORES:g} cores busy)", _mape(quiet),
                                   quiet)):
         if label and (len(chosen) == len(rows) or not chosen):
             continue
@@ -259,7 +274,8 @@ def main() -> int:
     loads = [x for v in recorded.values() for ld in v["loads"] if ld is not None for x in ld]  # type: ignore[attr-defined]
     print("1-min load during the recordings: " + (f"{min(loads):.2f}-{max(loads):.2f}" if loads else "not recorded")
           + f" (chosen recordings: {', '.join(sorted({_load(v) for v in recorded.values()}))}); {len(quiet)} of "
-          f"{len(rows)} pairs from quiet recordings (load <= {QUIET_LOAD_PER_CORE * host.cores:g} before and after)")
+          f"{len(rows)} pairs from quiet recordings (other processes <= {QUIET_OTHER_CORES:g} cores busy; "
+          f"without that figure, load <= {QUIET_LOAD_PER_CORE * host.cores:g} before and after)")
     print(f"traces in {out}")
     return 0
 

@@ -99,7 +99,35 @@ def test_note_round_trips(tmp_path):
     note.write(tmp_path / "recording.json")
     assert recording.RecordingNote.read(tmp_path / "recording.json") == note
     assert set(json.loads((tmp_path / "recording.json").read_text())) == {
-        "round", "recorded", "seconds", "load_before", "load_after"}
+        "round", "recorded", "seconds", "load_before", "load_after", "other_cores"}
+
+
+def test_a_note_without_other_cores_reads_as_unmeasured(tmp_path):
+    path = tmp_path / "recording.json"
+    path.write_text('{"round": 0, "recorded": "x", "seconds": 1, "load_before": 1, "load_after": 1}')
+    assert recording.RecordingNote.read(path).other_cores is None
+    path.write_text('{"round": 0, "recorded": "x", "seconds": 1, "load_before": 1, "load_after": 1, '
+                    '"other_cores": -1}')
+    with pytest.raises(SpecError, match="other_cores"):
+        recording.RecordingNote.read(path)
+
+
+def test_other_busy_cores_is_the_hosts_busy_time_less_our_own():
+    # 10 s of wall time, the host busy 25 CPU s of which 22 were the recording's: others kept 0.3 cores busy
+    assert recording.other_busy_cores(100.0, 125.0, 22.0, 10.0) == pytest.approx(0.3)
+    assert recording.other_busy_cores(100.0, 120.0, 22.5, 10.0) == 0.0  # clock granularity: never negative
+    assert recording.other_busy_cores(None, 125.0, 22.0, 10.0) is None  # no /proc/stat
+    if recording._busy_cpu_s() is not None:  # Linux: the counter only grows
+        before = recording._busy_cpu_s()
+        sum(i * i for i in range(200_000))
+        assert recording._busy_cpu_s() >= before
+
+
+def test_quiet_uses_other_processes_busy_cores_where_measured():
+    # a dp 4 recording on 2 cores: its own ranks put the load at 3, others were idle: quiet
+    assert bench.quiet_recordings([(3.0, 3.1), (1.0, 1.0)], cores=2, others=[0.05, 0.1])
+    assert not bench.quiet_recordings([(0.5, 0.5), (0.5, 0.5)], cores=2, others=[0.05, 0.6])  # another job ran
+    assert bench.quiet_recordings([(1.0, 1.0), (1.2, 1.1)], cores=2, others=[0.05, None])  # one old note: load
 
 
 def test_a_pair_is_quiet_only_when_both_recordings_were():
