@@ -8,7 +8,6 @@ gradient-boosting call went from 1 ms to 1.2 s with the default pool).
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from search.objective import OBJECTIVES, Evaluation, Evaluator
 from search.result import SearchResult
 from search.samplers import SAMPLERS, BaseSearcher, ExhaustiveSearcher, NSGAIISearcher, TPESearcher
 from search.samplers._base import TrialCallback
-from search.space import LAYOUT_KNOBS, SearchProblem, StrategySpace, build_space, setting_conflicts
+from search.space import LAYOUT_KNOBS, SearchProblem, StrategySpace, build_space
 from search.storage import open_study
 
 
@@ -154,21 +153,16 @@ def _memory_friendly_order(space: StrategySpace) -> Iterator[Any]:
     every strategy of a 200,000-strategy space to sort it cost seconds.
     """
     names = [k for k, _ in space.settings]
-    products = list(itertools.product(*(v for _, v in space.settings)))
-    fw = space.problem.framework
     at = {k: names.index(k) for k in ("recompute", "zero_stage", "precision")}
     keyed = []
-    for i, layout in enumerate(space.layouts):
+    for order, (layout, setting) in enumerate(space.legal_settings()):
         picked = dict(zip(LAYOUT_KNOBS, layout, strict=True))
-        for j, setting in enumerate(products):
-            if not any(setting_conflicts(picked, k, v, fw) for k, v in zip(names, setting, strict=True)):
-                key = _memory_friendly_key(picked["tp"], picked["pp"], picked["cp"], picked["micro_batch_size"],
-                                           setting[at["recompute"]], setting[at["zero_stage"]],
-                                           setting[at["precision"]])
-                keyed.append((key, i, j))
-    keyed.sort()
-    for _, i, j in keyed:
-        yield space.strategy_of(space.layouts[i], products[j])
+        key = _memory_friendly_key(picked["tp"], picked["pp"], picked["cp"], picked["micro_batch_size"],
+                                   setting[at["recompute"]], setting[at["zero_stage"]], setting[at["precision"]])
+        keyed.append((key, order, layout, setting))
+    keyed.sort(key=lambda item: item[:2])
+    for _, _, layout, setting in keyed:
+        yield space.strategy_of(layout, setting)
 
 
 def first_fitting(problem: SearchProblem) -> Evaluation | None:

@@ -557,13 +557,18 @@ class StrategySpace:
 
     def __iter__(self) -> Iterator[Strategy]:
         """Every legal strategy, layouts outermost (so that consecutive ones share operator shapes)."""
+        for layout, setting in self.legal_settings():
+            yield self.strategy_of(layout, setting)
+
+    def legal_settings(self) -> Iterator[tuple[Layout, tuple[Any, ...]]]:
+        """(layout, setting values in ``settings`` order) of every legal strategy, in ``__iter__``'s order."""
         products = list(itertools.product(*(v for _, v in self.settings)))
         names, fw = [k for k, _ in self.settings], self.problem.framework
         for layout in self.layouts:
             picked = dict(zip(LAYOUT_KNOBS, layout))
             for setting in products:
                 if not any(setting_conflicts(picked, k, v, fw) for k, v in zip(names, setting)):
-                    yield self.strategy_of(layout, setting)
+                    yield layout, setting
 
     @cached_property
     def _layout_set(self) -> frozenset[Layout]:

@@ -306,13 +306,8 @@ def _checked_placement(kind: str, layout: _Layout, cluster: ClusterSpec, order: 
     world = layout.tp * layout.cp * layout.dp * layout.pp
     if world != cluster.num_gpus:
         raise SpecError("strategy", f"tp*cp*dp*pp={world}", f"a layout of all cluster.num_gpus={cluster.num_gpus} GPUs")
-    return _layout_placement(kind, layout, cluster, _parse_order(order), _check_stage(stage, layout.pp))
-
-
-@lru_cache(maxsize=4096)
-def _layout_placement(kind: str, layout: _Layout, cluster: ClusterSpec, tokens: tuple[str, ...],
-                      stage: int | None) -> GroupPlacement:
-    rows = _rank_rows(kind, layout, tokens, stage)
+    tokens = _parse_order(order)
+    rows = _rank_rows(kind, layout, tokens, _check_stage(stage, layout.pp))
     fewest, domains = _worst_spread(rows, _segment(layout, cluster, tokens))
     return GroupPlacement(kind=kind, size=rows.shape[1], gpus_per_node=fewest, num_domains=domains,
                           crosses_nodes=domains > 1)
