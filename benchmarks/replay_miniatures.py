@@ -24,7 +24,7 @@ target; the median over rounds of those per-round fastest steps is printed besid
 
 Three estimates, predicted and measured alike: ``wall``, the fastest profiled step; ``median``, the
 median step; ``fastest-ops``, every operator and gap at its fastest instance across the steps
-(``costmodel.replay.edit.fastest_steps``). Interference only adds time, so the fastest step is the
+(``costmodel.replay.edit.fastest_steps``). The target is judged on ``HEADLINE_ESTIMATOR`` (median). Interference only adds time, so the fastest step is the
 closest to a configuration's own time; fastest-ops goes further but is no possible step where ranks
 outnumber cores (each rank's fastest operators ran while its core's other rank was idle). A 1-rank
 trace has no transfer to re-time into more ranks (its 1-rank all-reduce moves nothing): those pairs
@@ -67,6 +67,12 @@ QUIET_LOAD_PER_CORE = 0.75
 """For recordings without ``other_cores``: quiet when the 1-min load before and after was at most this per core
 (1.5 on 2 cores). The load counts the recording's own ranks too, so a dp 4 recording on 2 cores never passes."""
 ESTIMATORS = ("wall", "median", "fastest_ops")
+HEADLINE_ESTIMATOR = "median"
+"""The estimator the target is judged on, chosen before the recording it is judged on (2026-12-02, after the
+00:02-00:17 recording of that day, which showed all three): the median step, predicted and measured alike. On
+a shared 2-core host the fastest step is the one a core's other tenant happened to leave alone, so it measures
+the interference more than the program; the median is the steady step a user's run shows. The others are
+printed beside it."""
 
 
 def edits_between(source: Config, target: Config) -> str | None:
@@ -233,7 +239,7 @@ def main() -> int:
                            "median_of_minima_s": v["median_of_minima_s"]} for c, v in recorded.items()}
     against_median = float(np.mean([abs(float(r["wall_median_of_minima_error"])) for r in rows]))  # type: ignore[arg-type]
     if args.json:
-        print(json.dumps({"pairs": rows, "skipped": skipped, "mape": mape, "mape_same_program": same_program,
+        print(json.dumps({"headline_estimator": HEADLINE_ESTIMATOR, "pairs": rows, "skipped": skipped, "mape": mape, "mape_same_program": same_program,
                           "recordings": recordings, "wall_mape_vs_median_of_minima": against_median,
                           "host": {"cores": host.cores, "corun_slowdown": host.corun_slowdown,
                                    "corun_source": host.corun_source}, "traces": str(out)}, indent=1))
@@ -269,6 +275,11 @@ def main() -> int:
             print(f"MAPE {name}{label}: " + ", ".join(
                 f"{k} edits {100 * v:.1f}% ({sum(r['kind'] == k for r in chosen)} pairs)"
                 for k, v in table[name].items()) + " (target <= 10% on layer and DP edits)")
+    print(f"headline ({HEADLINE_ESTIMATOR} step, chosen before this recording): " + ", ".join(
+        f"{k} edits {100 * v:.1f}%" for k, v in mape[HEADLINE_ESTIMATOR].items())
+          + (f"; quiet recordings only: " + ", ".join(f"{k} edits {100 * v:.1f}%"
+                                                       for k, v in _mape(quiet)[HEADLINE_ESTIMATOR].items())
+             if quiet and len(quiet) < len(rows) else "") + " (target <= 10% on layer and DP edits)")
     print(f"MAPE wall against the target's median of per-round fastest steps, all kinds: {100 * against_median:.1f}% "
           f"({len(rows)} pairs)")
     loads = [x for v in recorded.values() for ld in v["loads"] if ld is not None for x in ld]  # type: ignore[attr-defined]
