@@ -13,8 +13,9 @@ host's co-running slowdown.
 
 :func:`record_rounds` records every configuration ``rounds`` times, interleaved (A B C ... A B C ...), into
 ``round{k}/{config}/`` with a ``recording.json`` beside each (:class:`RecordingNote`: the load average
-before and after, when, how long), so that a load drift hits every configuration alike and each one's
-least-disturbed recording can be chosen.
+before and after, when, how long, the machine-speed probe of ``_speed_probe`` before and after), so that a
+load drift hits every configuration alike, each one's least-disturbed recording can be chosen and each
+recording's times can be expressed at one machine speed.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from _speed_probe import PROBE_WORK, probe_speed
 
 from costmodel.replay.host import read_json_note
 from costmodel.specs.errors import SpecError
@@ -138,7 +141,8 @@ def record_config(config: Config, out: Path, port: int) -> Path:
     return out / "rank0.json"
 
 
-MAX_NOTE_BYTES = 4096  # recording.json holds a few numbers
+MAX_NOTE_BYTES = 64 * 1024  # recording.json holds a few numbers (two per core for the probe)
+_PROBE_FIELDS = ("probe_cores", "probe_before_s", "probe_after_s")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +163,17 @@ class RecordingNote:
     """Mean cores that processes other than the recording kept busy while it ran (``other_busy_cores``);
     None where unmeasured (not Linux, or a recording of an older benchmark). The load average cannot tell:
     it counts the recording's own ranks (4 on 2 cores for dp 4)."""
+    steal_cores: float | None = None
+    """Mean cores the hypervisor ran something else on while the VM wanted them (``/proc/stat`` steal) during
+    the recording; None where unmeasured. A diagnostic: a host that slows its cores need not count it."""
+    probe_cores: tuple[int, ...] | None = None
+    """The cores the speed probe ran on (the recording's affinity); None: no probe (an older note)."""
+    probe_before_s: tuple[float, ...] | None = None
+    """The probe's median chunk time (s) on each of ``probe_cores`` just before the ranks were spawned."""
+    probe_after_s: tuple[float, ...] | None = None
+    """The same just after the ranks were joined."""
+    probe_work: str = ""
+    """What the probe timed (``_speed_probe.PROBE_WORK``): only probes of the same work are compared."""
 
     def __post_init__(self) -> None:
         if isinstance(self.round, bool) or not isinstance(self.round, int) or not 0 <= self.round < 1000:
@@ -168,34 +183,83 @@ class RecordingNote:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or not 0 <= value <= 1e6:
                 raise SpecError(f"recording.json {name}", value, "a number between 0 and 1e6")
-        other = self.other_cores
-        if other is not None and (isinstance(other, bool) or not isinstance(other, (int, float))
-                                  or not math.isfinite(other) or not 0 <= other <= 1e6):
-            raise SpecError("recording.json other_cores", other, "a number between 0 and 1e6, or null")
+        for name in ("other_cores", "steal_cores"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or not 0 <= value <= 1e6):
+                raise SpecError(f"recording.json {name}", value, "a number between 0 and 1e6, or null")
+        self._check_probe()
         if not isinstance(self.recorded, str) or len(self.recorded) > 40:
             raise SpecError("recording.json recorded", self.recorded, "a time YYYY-MM-DD HH:MM:SS")
 
+    def _check_probe(self) -> None:
+        given = [getattr(self, name) is not None for name in _PROBE_FIELDS]
+        if not any(given):
+            return
+        if not all(given):
+            missing = _PROBE_FIELDS[given.index(False)]
+            raise SpecError(f"recording.json {missing}", None, "a list per probed core (all three probe fields or none)")
+        cores = self.probe_cores
+        if not isinstance(cores, tuple) or not 1 <= len(cores) <= 4096 or any(
+                isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < 65536 for c in cores):
+            raise SpecError("recording.json probe_cores", cores, "a list of 1..4096 core ids 0..65535")
+        for name in _PROBE_FIELDS[1:]:
+            times = getattr(self, name)
+            if not isinstance(times, tuple) or len(times) != len(cores) or any(
+                    isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)
+                    or not 0 < t <= 1e3 for t in times):
+                raise SpecError(f"recording.json {name}", times,
+                                f"{len(cores)} times in seconds (0 < t <= 1000), one per probe core")
+        if not isinstance(self.probe_work, str) or not 0 < len(self.probe_work) <= 400:
+            raise SpecError("recording.json probe_work", self.probe_work, "the probe's description, 1..400 characters")
+
+    @property
+    def probed(self) -> bool:
+        """Whether the recording was bracketed by the speed probe (notes before 2026-12-02 02:00 were not)."""
+        return self.probe_cores is not None
+
     @classmethod
     def read(cls, path: Path) -> RecordingNote:
-        """The note in ``path``; SpecError (naming the field) if it is not one."""
+        """The note in ``path``; SpecError (naming the field) if it is not one. Notes without the later fields
+        (``other_cores``, ``steal_cores``, the probe's) read as unmeasured."""
         data = read_json_note(path, "recording.json", MAX_NOTE_BYTES)
         fields = {"round", "recorded", "seconds", "load_before", "load_after"}
-        if not isinstance(data, dict) or not fields <= set(data) <= fields | {"other_cores"}:
-            shown = sorted(set(data) ^ fields - {"other_cores"})[0] if isinstance(data, dict) else type(data).__name__
-            raise SpecError("recording.json key", shown, ", ".join(sorted(fields)) + " (and other_cores)")
+        optional = {"other_cores", "steal_cores", "probe_work", *_PROBE_FIELDS}
+        if not isinstance(data, dict) or not fields <= set(data) <= fields | optional:
+            shown = sorted(set(data) ^ fields - optional)[0] if isinstance(data, dict) else type(data).__name__
+            raise SpecError("recording.json key", shown, ", ".join(sorted(fields)) + " (and "
+                            + ", ".join(sorted(optional)) + ")")
+        for name in _PROBE_FIELDS:
+            if isinstance(data.get(name), list):
+                data[name] = tuple(data[name])
         return cls(**data)
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1) + "\n", encoding="utf-8")
 
 
-def _busy_cpu_s() -> float | None:
-    """CPU seconds the whole host has been busy since boot (``/proc/stat``: all but idle and iowait), None off Linux."""
+def _cpu_ticks() -> list[int] | None:
+    """The whole host's CPU time counters since boot (``/proc/stat``'s first line), None off Linux."""
     try:
         ticks = [int(x) for x in Path("/proc/stat").read_text(encoding="ascii").split("\n", 1)[0].split()[1:]]
     except (OSError, ValueError):
         return None
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+    return ticks if len(ticks) >= 8 else None
+
+
+def _busy_cpu_s() -> float | None:
+    """CPU seconds the whole host has been busy since boot (``/proc/stat``: all but idle and iowait), None off Linux.
+
+    Steal (the 8th counter) is in the sum, as it was when ``other_cores`` was introduced: so ``other_cores``
+    counts the hypervisor's stolen time as other work; ``steal_cores`` gives that part alone."""
+    ticks = _cpu_ticks()
+    return None if ticks is None else (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _steal_cpu_s() -> float | None:
+    """CPU seconds the hypervisor has stolen from this VM since boot (``/proc/stat``'s 8th counter), None off Linux."""
+    ticks = _cpu_ticks()
+    return None if ticks is None else ticks[7] / os.sysconf("SC_CLK_TCK")
 
 
 def _own_cpu_s() -> float:
@@ -212,26 +276,37 @@ def other_busy_cores(busy_before: float | None, busy_after: float | None, own_s:
 
 
 def record_rounds(configs: Sequence[Config], out: Path, rounds: int, port: int = 29611,
-                  progress: Callable[[str], None] | None = None) -> None:
+                  progress: Callable[[str], None] | None = None,
+                  probe: Callable[..., tuple[tuple[int, ...], tuple[float, ...]]] = probe_speed) -> None:
     """Record each of ``configs`` ``rounds`` times, interleaved, into ``out/round{k}/{name}/``, a
-    :class:`RecordingNote` beside each recording (one fresh port per recording: no reuse of a closing one)."""
+    :class:`RecordingNote` beside each recording (one fresh port per recording: no reuse of a closing one).
+    ``probe`` times the machine's speed just before and after each recording (``_speed_probe.probe_speed``);
+    its own CPU time is outside the window that ``other_cores`` and ``steal_cores`` cover."""
     began = time.perf_counter()
     for round_ in range(rounds):
         for config in configs:
             folder = out / f"round{round_}" / config.name
+            cores, before = probe()
             load, start, when = os.getloadavg()[0], time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S")
-            busy, own = _busy_cpu_s(), _own_cpu_s()
+            busy, steal, own = _busy_cpu_s(), _steal_cpu_s(), _own_cpu_s()
             record_config(config, folder, port)
             port += 1
             wall = time.perf_counter() - start
             other = other_busy_cores(busy, _busy_cpu_s(), _own_cpu_s() - own, wall)
+            stolen = other_busy_cores(steal, _steal_cpu_s(), 0.0, wall)
+            load_after = os.getloadavg()[0]
+            after = probe(cores)[1]
             note = RecordingNote(round=round_, recorded=when, seconds=round(wall, 3), load_before=round(load, 2),
-                                 load_after=round(os.getloadavg()[0], 2),
-                                 other_cores=None if other is None else round(other, 3))
+                                 load_after=round(load_after, 2),
+                                 other_cores=None if other is None else round(other, 3),
+                                 steal_cores=None if stolen is None else round(stolen, 3),
+                                 probe_cores=cores, probe_before_s=tuple(round(t, 7) for t in before),
+                                 probe_after_s=tuple(round(t, 7) for t in after), probe_work=PROBE_WORK)
             note.write(folder / "recording.json")
             if progress is not None:
+                probe_ms = "/".join(f"{1e3 * (b + a) / 2:.2f}" for b, a in zip(before, after))
                 progress(f"recorded round {round_} {config.name} (load {note.load_before:.2f} -> "
-                         f"{note.load_after:.2f}; {time.perf_counter() - began:.0f} s)")
+                         f"{note.load_after:.2f}; probe {probe_ms} ms per core; {time.perf_counter() - began:.0f} s)")
 
 
 def _time_steps(_: int, steps: int, began: object, times: object) -> None:

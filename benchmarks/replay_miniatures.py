@@ -22,6 +22,11 @@ recording with the fastest rank-0 step (the least disturbed) is its source trace
 target; the median over rounds of those per-round fastest steps is printed beside it, with the loads.
 ``--from`` reads that layout, or an older single-recording one (one folder per configuration).
 
+The host under this VM changes speed (``_speed_probe``): each recording is bracketed by a fixed single-thread
+probe on each core, and every estimator is also given speed-normalised (each recording's times / its probe's
+ratio to the run's median probe; ``normalise_rows``), printed beside the raw one with a check of whether the
+probe tracked the recordings' own drift. Recordings without probes are analysed raw only, labelled so.
+
 Three estimates, predicted and measured alike: ``wall``, the fastest profiled step; ``median``, the
 median step; ``fastest-ops``, every operator and gap at its fastest instance across the steps
 (``costmodel.replay.edit.fastest_steps``). The target is judged on ``HEADLINE_ESTIMATOR`` (median). Interference only adds time, so the fastest step is the
@@ -50,6 +55,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import numpy as np  # noqa: E402
 from _replay_miniature import Config, RecordingNote, record_rounds  # noqa: E402
+from _speed_probe import probe_tracking, recording_probe_s, speed_factors  # noqa: E402
 
 from costmodel.replay.edit import apply_what_if, fastest_steps, parse_what_if  # noqa: E402
 from costmodel.replay.graph import Graph, build_graph  # noqa: E402
@@ -72,7 +78,21 @@ HEADLINE_ESTIMATOR = "median"
 00:02-00:17 recording of that day, which showed all three): the median step, predicted and measured alike. On
 a shared 2-core host the fastest step is the one a core's other tenant happened to leave alone, so it measures
 the interference more than the program; the median is the steady step a user's run shows. The others are
-printed beside it."""
+printed beside it.
+
+Decided 2026-12-02 01:35 UTC, before the first recording with the speed probe (``/work/notes/s6/mini8``) and
+without having seen any probe figure of a recording: the headline is the **speed-normalised** median
+(``HEADLINE_NORMALISED``), the raw median printed beside it; recordings without probes fall back to the raw
+median, labelled so. Why: in the 01:23-01:27 recording (``/work/notes/s6/mini7``) the same configuration's
+fastest step swung up to 2x between rounds a minute apart with nothing else in the VM (other processes 0.01
+cores busy), and the co-run check's two "alone" medians of one step were 14.9 and 30.4 ms: the host under the
+VM changes speed, and a pair's raw error then holds the ratio of the two recordings' machine speeds, which no
+what-if of the program can predict. The normalisation divides each recording's times by its own probe's
+ratio to the run's median probe, the same rule for every pair, and the replay is untouched. Whether the probe
+tracks what slows the miniature is printed beside it (``speed_tracking``); if it does not, the normalised
+headline says nothing and the report must say so."""
+HEADLINE_NORMALISED = True
+"""Whether the headline is the speed-normalised ``HEADLINE_ESTIMATOR`` (see its docstring for when and why)."""
 
 
 def edits_between(source: Config, target: Config) -> str | None:
@@ -138,10 +158,14 @@ def pairs(traces: dict[Config, list[Path]], host: HostProfile) -> tuple[list[dic
     return rows, skipped
 
 
+def measured_steps_s(trace: Path) -> list[float]:
+    """Every ``ProfilerStep`` (s) of one rank's trace, as recorded."""
+    return [step.measured_us * 1e-6 for step in build_graph([read_trace(trace)]).steps]
+
+
 def fastest_measured_s(trace: Path) -> float:
     """The shortest ``ProfilerStep`` (s) of one rank's trace, as recorded."""
-    graph = build_graph([read_trace(trace)])
-    return min(step.measured_us for step in graph.steps) * 1e-6
+    return min(measured_steps_s(trace))
 
 
 def find_recordings(out: Path) -> dict[Config, list[tuple[Path, RecordingNote | None]]]:
@@ -162,17 +186,80 @@ def find_recordings(out: Path) -> dict[Config, list[tuple[Path, RecordingNote | 
 
 def choose_recordings(found: dict[Config, list[tuple[Path, RecordingNote | None]]]) -> dict[Config, dict[str, object]]:
     """Per configuration: the recording whose rank-0 fastest step is the shortest (interference only adds
-    time), the per-round fastest steps, their median and each recording's load."""
+    time), the per-round fastest and median steps, the median of the fastest, each recording's load and its
+    speed probe (``probes_s``: ``_speed_probe.recording_probe_s``, None for a note without one)."""
     chosen: dict[Config, dict[str, object]] = {}
     for config, recordings in found.items():
-        minima = [fastest_measured_s(folder / "rank0.json") for folder, _ in recordings]
+        steps = [measured_steps_s(folder / "rank0.json") for folder, _ in recordings]
+        minima = [min(s) for s in steps]
         best = int(np.argmin(minima))
+        probes = [recording_probe_s(note.probe_before_s, note.probe_after_s)  # type: ignore[arg-type]
+                  if note is not None and note.probed else None for _, note in recordings]
         loads = [None if note is None else (note.load_before, note.load_after) for _, note in recordings]
         others = [None if note is None else note.other_cores for _, note in recordings]
         chosen[config] = {"folder": recordings[best][0], "round": best, "minima_s": minima,
+                          "medians_s": [float(np.median(s)) for s in steps],
                           "median_of_minima_s": float(np.median(minima)), "loads": loads, "load": loads[best],
-                          "other_cores": others, "other": others[best]}
+                          "other_cores": others, "other": others[best], "probes_s": probes,
+                          "probe_work": [None if note is None else note.probe_work for _, note in recordings],
+                          "steal_cores": [None if note is None else note.steal_cores for _, note in recordings]}
     return chosen
+
+
+def recording_speeds(recorded: dict[Config, dict[str, object]]) -> dict[Config, list[float] | None]:
+    """Each recording's machine-speed factor (its probe / the median probe of all the run's recordings; > 1:
+    slower), per configuration in round order; None everywhere unless every recording was probed with the same
+    work (a run's recordings are all put at one speed or none is: a partial reference would move with the gaps)."""
+    probes = {(c, k): p for c, v in recorded.items() for k, p in enumerate(v["probes_s"])}  # type: ignore[arg-type]
+    works = {w for v in recorded.values() for w in v["probe_work"]}  # type: ignore[attr-defined]
+    if not probes or any(p is None for p in probes.values()) or len(works) != 1:
+        return {c: None for c in recorded}
+    factors = speed_factors(probes)  # type: ignore[arg-type]
+    return {c: [factors[(c, k)] for k in range(len(v["probes_s"]))] for c, v in recorded.items()}  # type: ignore[arg-type]
+
+
+def normalise_rows(rows: list[dict[str, object]], speed: dict[str, float | None]) -> None:
+    """Each row's estimators at one machine speed (in place): the prediction / the source recording's speed
+    factor, the measured step / the target recording's (``speed``: configuration name -> factor, None where
+    unprobed, then the normalised fields are None).
+
+    Why divide each recording by its own factor rather than scale the prediction by target / source: the
+    error is the same either way (pred / s_src over meas / s_tgt), but this way a configuration's measured
+    step is one figure, at the run's median speed, in every row it appears in, comparable across pairs and
+    with other configurations. It is a measurement correction, the same for every pair; the replay is
+    untouched."""
+    for row in rows:
+        source, target = speed[str(row["source"])], speed[str(row["target"])]
+        row["source_speed"], row["target_speed"] = source, target
+        for name in ESTIMATORS:
+            if source is None or target is None:
+                predicted = measured = error = None
+            else:
+                predicted = float(row[f"{name}_predicted_s"]) / source  # type: ignore[arg-type]
+                measured = float(row[f"{name}_measured_s"]) / target  # type: ignore[arg-type]
+                error = predicted / measured - 1.0
+            row[f"{name}_normalised_predicted_s"], row[f"{name}_normalised_measured_s"] = predicted, measured
+            row[f"{name}_normalised_error"] = error
+
+
+def headline(rows: list[dict[str, object]]) -> tuple[str, dict[str, float]]:
+    """The judged figure: ``HEADLINE_ESTIMATOR``'s MAPE per edit kind, speed-normalised when
+    ``HEADLINE_NORMALISED`` and every row has a probe on both sides, else raw; with a label saying which."""
+    normalised = HEADLINE_NORMALISED and bool(rows) and all(
+        r.get(f"{HEADLINE_ESTIMATOR}_normalised_error") is not None for r in rows)
+    if normalised:
+        return f"{HEADLINE_ESTIMATOR} step, speed-normalised", _mape(rows, normalised=True)[HEADLINE_ESTIMATOR]
+    why = ": these recordings have no speed probe" if HEADLINE_NORMALISED else ""
+    return f"{HEADLINE_ESTIMATOR} step, raw{why}", _mape(rows)[HEADLINE_ESTIMATOR]
+
+
+def speed_tracking(recorded: dict[Config, dict[str, object]], measure: str = "medians_s") -> dict[str, float] | None:
+    """Whether the probe followed the recordings' own drift (``_speed_probe.probe_tracking`` over every
+    configuration's rounds, by its median or, ``measure="minima_s"``, fastest step); None without probes."""
+    if any(p is None for v in recorded.values() for p in v["probes_s"]):  # type: ignore[attr-defined]
+        return None
+    return probe_tracking({c.name: v[measure] for c, v in recorded.items()},  # type: ignore[misc]
+                          {c.name: v["probes_s"] for c, v in recorded.items()})  # type: ignore[misc]
 
 
 def quiet_recordings(loads: list[tuple[float, float] | None], cores: int,
@@ -232,32 +319,46 @@ def main() -> int:
         row["source_other_cores"], row["target_other_cores"] = recorded[source]["other"], recorded[target]["other"]
         row["quiet"] = quiet_recordings([row["source_load"], row["target_load"]], host.cores,  # type: ignore[list-item]
                                         [row["source_other_cores"], row["target_other_cores"]])  # type: ignore[list-item]
-    mape = _mape(rows)
+    speeds = recording_speeds(recorded)
+    for c, factors in speeds.items():
+        recorded[c]["speeds"] = factors
+        recorded[c]["speed"] = None if factors is None else factors[int(recorded[c]["round"])]  # type: ignore[call-overload]
+    normalise_rows(rows, {c.name: v["speed"] for c, v in recorded.items()})  # type: ignore[misc]
+    mape, mape_normalised = _mape(rows), _mape(rows, normalised=True)
     same_program = _mape([r for r in rows if not r["program_differs"]])
-    recordings = {c.name: {"chosen": str(v["folder"]), "minima_s": v["minima_s"], "loads": v["loads"],
-                           "other_cores": v["other_cores"],
+    judged, judged_mape = headline(rows)
+    tracking = {"median_step": speed_tracking(recorded), "fastest_step": speed_tracking(recorded, "minima_s")}
+    recordings = {c.name: {"chosen": str(v["folder"]), "minima_s": v["minima_s"], "medians_s": v["medians_s"],
+                           "loads": v["loads"], "other_cores": v["other_cores"], "steal_cores": v["steal_cores"],
+                           "probes_s": v["probes_s"], "speed_factors": v["speeds"],
                            "median_of_minima_s": v["median_of_minima_s"]} for c, v in recorded.items()}
     against_median = float(np.mean([abs(float(r["wall_median_of_minima_error"])) for r in rows]))  # type: ignore[arg-type]
     if args.json:
-        print(json.dumps({"headline_estimator": HEADLINE_ESTIMATOR, "pairs": rows, "skipped": skipped, "mape": mape, "mape_same_program": same_program,
+        print(json.dumps({"headline_estimator": HEADLINE_ESTIMATOR,
+                          "headline": {"label": judged, "speed_normalised": judged.endswith("speed-normalised"),
+                                       "mape": judged_mape},
+                          "pairs": rows, "skipped": skipped, "mape": mape, "mape_speed_normalised": mape_normalised,
+                          "mape_same_program": same_program, "speed_probe_tracking": tracking,
                           "recordings": recordings, "wall_mape_vs_median_of_minima": against_median,
                           "host": {"cores": host.cores, "corun_slowdown": host.corun_slowdown,
                                    "corun_source": host.corun_source}, "traces": str(out)}, indent=1))
         return 0
-    print(f"{'configuration':14} {'fastest step per round (ms), 1-min load before-after':60} chosen")
+    print(f"{'configuration':14} {'fastest step per round (ms) (1-min load before-after, speed factor)':75} chosen")
     for c, v in recorded.items():
-        cells = "  ".join(f"{1e3 * m:6.2f} ({'?' if ld is None else f'{ld[0]:.1f}-{ld[1]:.1f}'})"
-                          for m, ld in zip(v["minima_s"], v["loads"]))  # type: ignore[call-overload, arg-type]
-        print(f"{c.name:14} {cells:60} round {v['round']}, median of minima "
+        factors = v["speeds"] or [None] * len(v["minima_s"])  # type: ignore[arg-type]
+        cells = "  ".join(f"{1e3 * m:6.2f} ({'?' if ld is None else f'{ld[0]:.1f}-{ld[1]:.1f}'}"
+                          + ("" if f is None else f", x{f:.2f}") + ")"
+                          for m, ld, f in zip(v["minima_s"], v["loads"], factors))  # type: ignore[call-overload, arg-type]
+        print(f"{c.name:14} {cells:75} round {v['round']}, median of minima "
               f"{1e3 * float(v['median_of_minima_s']):.2f} ms")  # type: ignore[arg-type]
     print()
-    print(f"{'':48} " + " ".join(f"{name.replace('_', ' '):^31}" for name in ESTIMATORS))
+    print(f"{'':48} " + " ".join(f"{name.replace('_', ' '):^41}" for name in ESTIMATORS))
     print(f"{'source':14} {'target':14} {'edit':18} " + " ".join(
-        f"{'predicted':>10} {'measured':>10} {'error':>9}" for _ in ESTIMATORS))
+        f"{'predicted':>10} {'measured':>10} {'error':>9} {'norm.':>9}" for _ in ESTIMATORS))
     for r in rows:
         print(f"{r['source']:14} {r['target']:14} {r['edit']:18} " + " ".join(
             f"{1e3 * float(r[f'{n}_predicted_s']):10.2f} {1e3 * float(r[f'{n}_measured_s']):10.2f} "
-            f"{100 * float(r[f'{n}_error']):8.1f}%" for n in ESTIMATORS)
+            f"{100 * float(r[f'{n}_error']):8.1f}% " + _percent(r[f"{n}_normalised_error"]) for n in ESTIMATORS)
               + f"  load {_load(recorded[_config(recorded, r['source'])])} / {_load(recorded[_config(recorded, r['target'])])}"
               + ("" if r["quiet"] else " loaded") + ("  program differs" if r["program_differs"] else ""))
     corun = (f"co-running slowdown {host.corun_slowdown:.4f} ({host.corun_source})" if host.corun_slowdown
@@ -271,15 +372,21 @@ def main() -> int:
                                   quiet)):
         if label and (len(chosen) == len(rows) or not chosen):
             continue
+        normalised = _mape(chosen, normalised=True)
         for name in ESTIMATORS:
             print(f"MAPE {name}{label}: " + ", ".join(
-                f"{k} edits {100 * v:.1f}% ({sum(r['kind'] == k for r in chosen)} pairs)"
-                for k, v in table[name].items()) + " (target <= 10% on layer and DP edits)")
-    print(f"headline ({HEADLINE_ESTIMATOR} step, chosen before this recording): " + ", ".join(
-        f"{k} edits {100 * v:.1f}%" for k, v in mape[HEADLINE_ESTIMATOR].items())
-          + (f"; quiet recordings only: " + ", ".join(f"{k} edits {100 * v:.1f}%"
-                                                       for k, v in _mape(quiet)[HEADLINE_ESTIMATOR].items())
-             if quiet and len(quiet) < len(rows) else "") + " (target <= 10% on layer and DP edits)")
+                f"{k} edits {100 * v:.1f}%" + (f" (normalised {100 * normalised[name][k]:.1f}%)"
+                                               if name in normalised else "")
+                + f" [{sum(r['kind'] == k for r in chosen)} pairs]"
+                for k, v in table[name].items()) + " (target <= 10% on layer and DP edits)"
+                  + ("" if name in normalised else "; raw only: no speed probe in these recordings"))
+    _print_tracking(tracking, recorded)
+    quiet_judged = headline(quiet)[1] if quiet and len(quiet) < len(rows) else None
+    print(f"headline ({judged}; chosen before this recording): " + ", ".join(
+        f"{k} edits {100 * v:.1f}%" for k, v in judged_mape.items())
+          + ("" if quiet_judged is None else "; quiet recordings only: " + ", ".join(
+              f"{k} edits {100 * v:.1f}%" for k, v in quiet_judged.items()))
+          + " (target <= 10% on layer and DP edits)")
     print(f"MAPE wall against the target's median of per-round fastest steps, all kinds: {100 * against_median:.1f}% "
           f"({len(rows)} pairs)")
     loads = [x for v in recorded.values() for ld in v["loads"] if ld is not None for x in ld]  # type: ignore[attr-defined]
@@ -291,14 +398,36 @@ def main() -> int:
     return 0
 
 
+def _percent(value: object) -> str:
+    return f"{'-':>9}" if value is None else f"{100 * float(value):8.1f}%"  # type: ignore[arg-type]
+
+
+def _print_tracking(tracking: dict[str, dict[str, float] | None], recorded: dict[Config, dict[str, object]]) -> None:
+    """Whether the speed probe followed the recordings' drift, by median and by fastest step."""
+    steal = [x for v in recorded.values() for x in v["steal_cores"] if x is not None]  # type: ignore[attr-defined]
+    if steal:
+        print(f"hypervisor steal during the recordings: {min(steal):.3f}-{max(steal):.3f} cores")
+    for measure, figures in tracking.items():
+        if figures is None:
+            print(f"speed probe vs {measure.replace('_', ' ')}: no probe in these recordings (raw figures only)")
+            continue
+        print(f"speed probe vs each configuration's {measure.replace('_', ' ')} over its rounds "
+              f"({figures['recordings']:.0f} recordings, log ratios to the configuration's median): correlation "
+              f"{figures['correlation']:.2f}, slope {figures['slope']:.2f} (1: the step slowed as the probe did); "
+              f"mean max/min over rounds x{figures['spread_raw']:.3f} raw, x{figures['spread_normalised']:.3f} "
+              "normalised")
+
+
 def _config(recorded: dict[Config, dict[str, object]], name: object) -> Config:
     return next(c for c in recorded if c.name == name)
 
 
-def _mape(rows: list[dict[str, object]]) -> dict[str, dict[str, float]]:
-    kinds = ("layers", "dp", "layers+dp")
-    return {name: {k: float(np.mean([abs(float(r[f"{name}_error"])) for r in rows if r["kind"] == k]))
-                   for k in kinds if any(r["kind"] == k for r in rows)} for name in ESTIMATORS}
+def _mape(rows: list[dict[str, object]], normalised: bool = False) -> dict[str, dict[str, float]]:
+    """MAPE per estimator and edit kind, raw or speed-normalised (an estimator with a None error: left out)."""
+    kinds, key = ("layers", "dp", "layers+dp"), "_normalised_error" if normalised else "_error"
+    return {name: {k: float(np.mean([abs(float(r[f"{name}{key}"])) for r in rows if r["kind"] == k]))  # type: ignore[arg-type]
+                   for k in kinds if any(r["kind"] == k for r in rows)}
+            for name in ESTIMATORS if all(r.get(f"{name}{key}") is not None for r in rows)}
 
 
 def _host_profile(path: Path, args: argparse.Namespace) -> HostProfile:

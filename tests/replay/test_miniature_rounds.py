@@ -37,15 +37,26 @@ def test_rounds_are_interleaved_and_each_recording_has_its_load(tmp_path, monkey
         out.mkdir(parents=True)
         return out / "rank0.json"
 
+    probes = []
+
+    def fake_probe(cores=None):
+        probes.append(len(calls))  # how many recordings had run when the probe did
+        return (0, 1), (0.004 + 0.001 * len(probes), 0.005)
+
     monkeypatch.setattr(recording, "record_config", fake_record)
     configs = [recording.Config(2, 1, 2), recording.Config(4, 1, 2), recording.Config(2, 2, 8)]
-    recording.record_rounds(configs, tmp_path, rounds=2)
+    recording.record_rounds(configs, tmp_path, rounds=2, probe=fake_probe)
     assert [name for name, _ in calls] == [c.name for c in configs] * 2  # A B C A B C
     assert len({port for _, port in calls}) == 6  # no port reused
+    assert probes == [(i + 1) // 2 for i in range(12)]  # one probe just before and one just after each recording
     for round_ in range(2):
-        for config in configs:
+        for i, config in enumerate(configs):
             note = recording.RecordingNote.read(tmp_path / f"round{round_}" / config.name / "recording.json")
             assert note.round == round_ and note.load_before >= 0 and note.load_after >= 0 and note.seconds >= 0
+            k = 2 * (3 * round_ + i)  # this recording's probes were the (k+1)th and (k+2)th calls
+            assert note.probed and note.probe_cores == (0, 1) and note.probe_work
+            assert note.probe_before_s == pytest.approx((0.004 + 0.001 * (k + 1), 0.005))
+            assert note.probe_after_s == pytest.approx((0.004 + 0.001 * (k + 2), 0.005))
 
 
 def test_each_configuration_uses_its_fastest_recording(tmp_path):
@@ -99,7 +110,8 @@ def test_note_round_trips(tmp_path):
     note.write(tmp_path / "recording.json")
     assert recording.RecordingNote.read(tmp_path / "recording.json") == note
     assert set(json.loads((tmp_path / "recording.json").read_text())) == {
-        "round", "recorded", "seconds", "load_before", "load_after", "other_cores"}
+        "round", "recorded", "seconds", "load_before", "load_after", "other_cores", "steal_cores", "probe_cores",
+        "probe_before_s", "probe_after_s", "probe_work"}
 
 
 def test_a_note_without_other_cores_reads_as_unmeasured(tmp_path):
