@@ -15,6 +15,14 @@ a figure that changed with the configuration would cancel the very effects the e
 
 :func:`speed_factors` turns the probes into each recording's speed relative to the median over all
 recordings, and :func:`probe_tracking` says whether the probe tracked the recordings' own drift.
+
+It does not track it well enough (first probed recording, 01:37-01:43, ``/work/notes/s6/mini8`` and
+``probe_findings.md``): probe vs median step over rounds, correlation 0.42 and slope 0.43 over 36
+recordings (dp1 -0.31, dp2 0.67, dp4 0.75), and normalising widens a configuration's spread over rounds
+(max/min x1.381 raw, x1.424 normalised). Back-to-back probes show why: each core sits at one of two speeds
+(a chunk ~7.3 or ~10.0 ms) and flips between probes 0.2 s apart, independently per core, so a probe seconds
+from the profiled window (spawn and warm-up lie between) samples another state; only the longer multi-rank
+windows average over states.
 """
 
 from __future__ import annotations

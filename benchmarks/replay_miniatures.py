@@ -90,7 +90,11 @@ VM changes speed, and a pair's raw error then holds the ratio of the two recordi
 what-if of the program can predict. The normalisation divides each recording's times by its own probe's
 ratio to the run's median probe, the same rule for every pair, and the replay is untouched. Whether the probe
 tracks what slows the miniature is printed beside it (``speed_tracking``); if it does not, the normalised
-headline says nothing and the report must say so."""
+headline says nothing and the report must say so.
+
+Outcome (01:37-01:43, ``/work/notes/s6/mini8``): it did not (``_speed_probe``'s docstring): normalised median
+17.9 / 15.4 / 15.2 % (layers / dp / layers+dp), raw 6.2 / 12.7 / 14.0 %. The decision above is left as it was
+made; whether the next recording is judged raw is a new decision, to be dated before that recording."""
 HEADLINE_NORMALISED = True
 """Whether the headline is the speed-normalised ``HEADLINE_ESTIMATOR`` (see its docstring for when and why)."""
 
