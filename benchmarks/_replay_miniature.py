@@ -198,7 +198,8 @@ class RecordingNote:
             return
         if not all(given):
             missing = _PROBE_FIELDS[given.index(False)]
-            raise SpecError(f"recording.json {missing}", None, "a list per probed core (all three probe fields or none)")
+            raise SpecError(f"recording.json {missing}", None,
+                            "a list per probed core (all three probe fields or none)")
         cores = self.probe_cores
         if not isinstance(cores, tuple) or not 1 <= len(cores) <= 4096 or any(
                 isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < 65536 for c in cores):
