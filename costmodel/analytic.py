@@ -128,6 +128,24 @@ def noncausal_time_factor(seq: int) -> float:
     return float(2.0 * ratio)
 
 
+def key_length_time_factor(queries: int, keys: int) -> float:
+    """Time of a non-causal attention kernel of ``queries`` x ``keys`` against ``keys / queries`` square
+    ``queries`` x ``queries`` kernels of the same batch and heads (1 for ``keys <= queries``).
+
+    Both launch the same thread blocks (one per query tile and head); the longer kernel loops each
+    over more keys, so its per-block fixed work (loading the query tile, the output's final scaling
+    and store) is amortised over more. The FlashAttention README's A100 non-causal figures isolate
+    that: batch x seq is held at 16k tokens, so every sequence length runs the same number of
+    blocks and only the keys per block change (``_FA2_A100_FULL``: 151 TFLOP/s at 512 keys, 196 at
+    4k, 203 at 16k). The factor is the ratio of those throughputs, held beyond 16k.
+    """
+    if keys <= queries:
+        return 1.0
+    x = np.log2(np.clip([queries, keys], _FA2_A100_SEQ[0], _FA2_A100_SEQ[-1]))
+    tflops = np.interp(x, np.log2(_FA2_A100_SEQ), _FA2_A100_FULL)
+    return float(tflops[0] / tflops[1])
+
+
 # The built-in A100 attention table (aiconfigurator-core, SGLang 0.5.10 "flash_attention" causal
 # prefill) matches FlashAttention-2's published causal throughput at long sequences (the table
 # predictor's forward TFLOP/s at the README's configuration -- batch 16384 / seq, 16 heads of 128 --

@@ -14,11 +14,10 @@ Megatron-Core passes it (``--cp-comm-type``):
   attention shows, and the attention, split in steps, runs at the smaller chunk's efficiency.
 - ``all_gather`` (``AttnFuncWithCPAndKVAllGather``, the Llama 3 variant, Dubey et al. 2024
   Sec. 3.3.2): K and V all-gathered before the forward, again in the backward, and dK/dV
-  reduce-scattered after it; nothing hides them. The attention of the local query chunks
-  against the gathered keys has the booked FLOPs and a long key length, so it is priced as booked:
-  rank r runs one kernel per local chunk c in {r, 2cp-1-r}, s/(2cp) queries against the (c+1)
-  chunks before them, so each rank's two kernels average the same s/2 key length per query tile
-  as the whole-sequence causal kernel, and summed over ranks they are that kernel. Around them TE
+  reduce-scattered after it; nothing hides them. Rank r runs one kernel per local chunk c in
+  {r, 2cp-1-r}, s/(2cp) queries against the (c+1) chunks before them: the thread blocks of
+  s/(2cp) queries, each looping over the longer key range, which the stage books
+  (``costmodel.llm.decompose._gathered_attention_chunks``), not the whole sequence's. Around them TE
   reorders and accumulates the gathered tensors on the compute stream (sbhd, Megatron's layout):
   forward, ``torch.index_select`` of the gathered K and V into sequence order and each step's
   output copied into the rank's output; backward, the same reorder, ``torch.zeros`` dK/dV of the
@@ -37,8 +36,8 @@ Megatron-Core passes it (``--cp-comm-type``):
 Exposed time is everything beyond the attention the stage already books
 (``costmodel.llm.decompose``): for ``p2p`` the stage books the ring's own step kernels, each at
 its chunk's efficiency, so what shows is the transfers' excess over the steps beside them and the
-merges; ``all_gather`` and ``a2a`` book the whole-sequence causal kernel over ``1/cp`` of the
-work. Compute beside an NCCL
+merges; ``all_gather`` books its per-chunk kernels, and ``a2a`` the whole-sequence causal kernel
+over ``1/cp`` of the work (its own kernel's difference is added here). Compute beside an NCCL
 kernel is slowed by ``NCCL_COMPUTE_SLOWDOWN``. The attention core stays bf16 under FP8 recipes,
 so K/V travel in bf16. Sliding-window layers are priced like full layers (TE runs them only
 with ``all_gather`` or ``a2a``).
@@ -47,6 +46,7 @@ with ``all_gather`` or ``a2a``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from costmodel.analytic import key_length_time_factor
 from costmodel.llm.messages import BF16, rank_tokens
 from costmodel.ops import Op, memory_op
 from costmodel.llm.recompute import attention_recompute_fraction, recompute_policy
@@ -139,7 +139,10 @@ def _p2p_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, for
     total = 0.0
     for family, forward in (("attention_fwd", True), ("attention_bwd", False)):
         diagonal = _seconds(timer, _attention(family, b, 2 * half, heads, kv, hd, vhd, True))  # type: ignore[arg-type]
-        off = _seconds(timer, _attention(family, 2 * b, half, heads, kv, hd, vhd, False))  # type: ignore[arg-type]
+        # half the ranks' steps run 2c queries over c keys, the others c queries over 2c keys (decompose)
+        wide = _seconds(timer, _attention(family, 2 * b, half, heads, kv, hd, vhd, False))  # type: ignore[arg-type]
+        long = _seconds(timer, _attention(family, b, half, heads, kv, hd, vhd, False))  # type: ignore[arg-type]
+        off = 0.5 * (wide + 2.0 * key_length_time_factor(half, 2 * half) * long)
         steps = [diagonal] + [off] * (cp - 1)
         if forward:
             comms = [send] * (cp - 1) + [0.0]

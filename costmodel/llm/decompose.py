@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from costmodel.analytic import key_length_time_factor
 from costmodel.llm.fa2_attention import fa2_attention_ops, slower
 from costmodel.llm.flex_attention import flex_attention_ops
 from costmodel.llm.moe import expert_rows, local_tokens, routing
@@ -124,31 +125,60 @@ def _dropout_residual(name: str, x: LayerShape, model: ModelSpec) -> list[Op]:
     return ops
 
 
+def _attention_kernels(x: LayerShape, name: str, seq: int, causal: bool, batch: int, count: float) -> list[Op]:
+    """Forward and backward of ``count`` flash-attention kernels of ``batch`` x ``seq`` queries and keys."""
+    fwd = 2.0 * batch * seq * seq * x.heads * (x.head_dim + x.v_head_dim) * (0.5 if causal else 1.0)
+    shape = (batch, seq, x.heads, x.kv_heads, x.head_dim, int(causal))
+    moved = BF16 * batch * seq * (x.q_width + x.o_width + x.kv_width + x.v_width)
+    return [Op(f"{name}.fwd", "attention_fwd", "fwd", shape, fwd, moved, "bf16", count),
+            Op(f"{name}.bwd", "attention_bwd", "bwd", shape, 2 * fwd, 2 * moved, "bf16", count)]
+
+
 def _ring_attention_chunks(x: LayerShape, name: str) -> list[Op]:
     """Causal attention of one rank of the load-balanced ``p2p`` context-parallel ring, as its kernels.
 
-    The sequence is cut into 2 x cp chunks and rank r holds chunks r and 2cp-1-r (L = s / cp tokens).
+    The sequence is cut into 2 x cp chunks of c tokens and rank r holds chunks r and 2cp-1-r.
     Transformer Engine runs one flash-attention call per ring step (context_parallel.py
-    ``AttnFuncWithCPAndKVP2P``): step 0 is causal over the rank's own L tokens; each of the cp - 1
-    other steps is non-causal with half of one side (all L queries against one received KV chunk,
-    or the second query chunk against all L keys), the work of two full (L/2 x L/2) squares. Each
-    kernel therefore runs at the efficiency of its own, smaller shape, not of the whole sequence's.
-    Together they do 1/cp of the causal work.
+    ``AttnFuncWithCPAndKVP2P``): step 0 is causal over the rank's own 2c tokens; each of the cp - 1
+    other steps is non-causal with half of one side. Steps i <= r run all 2c queries against the
+    received chunk's first half (one kernel of 2c x c: the thread blocks of 2c queries, each looping
+    over c keys, timed as batch 2b at c); later steps the second query chunk against all 2c keys
+    (c x 2c: the blocks of c queries, each looping over 2c keys, ``key_length_time_factor``). Over
+    the ranks, half of the cp - 1 steps are of each kind. Each kernel therefore runs at the
+    efficiency of its own, smaller shape, not of the whole sequence's. Together they do 1/cp of the
+    causal work.
     """
     chunk = max(1, x.seq // (2 * x.cp))
-    width = x.head_dim + x.v_head_dim
-    ops: list[Op] = []
-    for seq, causal, count in ((2 * chunk, 1, 1.0), (chunk, 0, 2.0 * (x.cp - 1))):
-        fwd = 2.0 * x.batch * seq * seq * x.heads * width * (0.5 if causal else 1.0)
-        shape = (x.batch, seq, x.heads, x.kv_heads, x.head_dim, causal)
-        moved = BF16 * x.batch * seq * (x.q_width + x.o_width + x.kv_width + x.v_width)
-        suffix = "" if causal else "_ring"
-        ops += [Op(f"{name}.fwd{suffix}", "attention_fwd", "fwd", shape, fwd, moved, "bf16", count),
-                Op(f"{name}.bwd{suffix}", "attention_bwd", "bwd", shape, 2 * fwd, 2 * moved, "bf16", count)]
-    return ops
+    steps = (x.cp - 1) / 2.0
+    long_keys = key_length_time_factor(chunk, 2 * chunk)
+    return (_attention_kernels(x, name, 2 * chunk, True, x.batch, 1.0)
+            + _attention_kernels(x, f"{name}_ring", chunk, False, 2 * x.batch, steps)
+            + _attention_kernels(x, f"{name}_ring_keys", chunk, False, x.batch, 2.0 * steps * long_keys))
 
 
-def _attention_core(x: LayerShape, strategy: Strategy, name: str = "attention", dropout: bool = False) -> list[Op]:
+def _gathered_attention_chunks(x: LayerShape, name: str) -> list[Op]:
+    """Causal attention of one rank of ``all_gather`` context parallelism, as its kernels.
+
+    Transformer Engine's ``AttnFuncWithCPAndKVAllGather`` (context_parallel.py @d0067d0d) runs, for
+    each of the rank's chunks j (r and 2cp-1-r of 2cp chunks of c tokens), one kernel of its c
+    queries against the (j+1)c gathered keys up to it, the last c of them causal: j non-causal
+    c x c squares and one causal, in the thread blocks of c queries (not of the whole sequence's),
+    each looping over (j+1)c keys (``key_length_time_factor``). Over the cp ranks every j in
+    0 .. 2cp-1 occurs once, so an average rank runs 1/cp of each. Together they do 1/cp of the
+    causal work, the same c-squares the ``p2p`` ring computes (``_ring_attention_chunks``).
+    """
+    chunk = max(1, x.seq // (2 * x.cp))
+    full = causal = 0.0
+    for j in range(2 * x.cp):
+        factor = key_length_time_factor(chunk, (j + 1) * chunk) / x.cp
+        full += j * factor
+        causal += factor
+    return (_attention_kernels(x, name, chunk, True, x.batch, causal)
+            + _attention_kernels(x, f"{name}_gathered", chunk, False, x.batch, full))
+
+
+def _attention_core(x: LayerShape, strategy: Strategy, name: str = "attention", dropout: bool = False,
+                    windowed: bool = False) -> list[Op]:
     """Causal self-attention on this GPU's heads; with cp the GPU does 1/cp of the causal work
     (the ``p2p`` ring as its per-step kernels, ``_ring_attention_chunks``).
 
@@ -159,7 +189,7 @@ def _attention_core(x: LayerShape, strategy: Strategy, name: str = "attention", 
     mask, and its backward reads the gradient and the mask and writes the gradient.
     """
     if strategy.flash_attention:
-        fused = _flash_attention_core(x, strategy, name)
+        fused = _flash_attention_core(x, strategy, name, windowed)
         return [slower(op, 1 / FUSED_ATTENTION_DROPOUT_COST) for op in fused] if dropout else fused
     # Unfused (Megatron's baddbmm + masked softmax + bmm): the full score matrix is computed.
     sq = x.seq // x.cp
@@ -190,15 +220,14 @@ def _fused_masked_softmax(x: LayerShape, sq: int, attn_batches: int) -> bool:
     return 16 < sk <= MASKED_SOFTMAX_MAX_KEYS and sq % 4 == 0 and sk % 4 == 0 and attn_batches % 4 == 0
 
 
-def _flash_attention_core(x: LayerShape, strategy: Strategy, name: str) -> list[Op]:
-    """The fused attention kernels of ``_attention_core`` (whole sequence, or the ``p2p`` ring's steps)."""
+def _flash_attention_core(x: LayerShape, strategy: Strategy, name: str, windowed: bool = False) -> list[Op]:
+    """The fused attention kernels of ``_attention_core``: the ``p2p`` ring's steps, ``all_gather``'s
+    per-chunk kernels (full-attention layers), else the whole sequence's causal kernel over 1/cp."""
     if x.cp > 1 and strategy.cp_comm_type == "p2p":
         return _ring_attention_chunks(x, name)
-    fwd = 2.0 * x.batch * x.seq * x.seq * x.heads * (x.head_dim + x.v_head_dim) * 0.5
-    shape = (x.batch, x.seq, x.heads, x.kv_heads, x.head_dim, 1)
-    moved = BF16 * x.batch * x.seq * (x.q_width + x.o_width + x.kv_width + x.v_width)
-    return [Op(f"{name}.fwd", "attention_fwd", "fwd", shape, fwd, moved, "bf16", 1.0 / x.cp),
-            Op(f"{name}.bwd", "attention_bwd", "bwd", shape, 2 * fwd, 2 * moved, "bf16", 1.0 / x.cp)]
+    if x.cp > 1 and strategy.cp_comm_type == "all_gather" and not windowed:
+        return _gathered_attention_chunks(x, name)
+    return _attention_kernels(x, name, x.seq, True, x.batch, 1.0 / x.cp)
 
 
 def _batched_linear(name: str, x: LayerShape, n: int, k: int, m: int, batch: int) -> list[Op]:
@@ -223,7 +252,8 @@ def _attention_cores(x: LayerShape, model: ModelSpec, strategy: Strategy) -> lis
     block = model.window_block(x.seq)
     if full < 1:
         blocks = replace(x, seq=block, batch=x.batch * x.seq // block)
-        ops += [_scaled(op, 1 - full) for op in _attention_core(blocks, strategy, "attention_window", model.dropout)]
+        ops += [_scaled(op, 1 - full) for op in _attention_core(blocks, strategy, "attention_window", model.dropout,
+                                                                   windowed=True)]
     return ops
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from costmodel.analytic import key_length_time_factor
 from costmodel.llm import cp_comm
 from costmodel.llm.cp_comm import cp_layer_exposed_s, p2p_ring_seconds
 from costmodel.predict import timer_for
@@ -23,7 +24,9 @@ def _step_kernels(run, timer, family: str) -> list[float]:
     heads, kv = cp_comm._heads(run, s.tp)
     half = run.seq_length // (2 * s.cp)
     diagonal = cp_comm._seconds(timer, cp_comm._attention(family, 1, 2 * half, heads, kv, m.head_dim, m.v_head_dim, True))
-    off = cp_comm._seconds(timer, cp_comm._attention(family, 2, half, heads, kv, m.head_dim, m.v_head_dim, False))
+    wide = cp_comm._seconds(timer, cp_comm._attention(family, 2, half, heads, kv, m.head_dim, m.v_head_dim, False))
+    long = cp_comm._seconds(timer, cp_comm._attention(family, 1, half, heads, kv, m.head_dim, m.v_head_dim, False))
+    off = 0.5 * (wide + 2 * key_length_time_factor(half, 2 * half) * long)  # the two kinds of step, half each
     return [diagonal] + [off] * (s.cp - 1)
 
 
