@@ -21,10 +21,12 @@ slows a whole pass by up to 2x, and the thread clock does not see it; the fastes
 the least disturbed. The noise floor (``repeat_mape``: the fastest of the first half of the passes
 against that of the second half) is printed whenever there are two passes or more.
 
-``--save FILE`` writes every pass's timings as JSON (written whole or not at all); ``--load FILE`` fits
-on such a file instead of timing, so that model changes are compared on the same measurements.
+``--save FILE`` writes every pass's timings as JSON (written whole or not at all); ``--load FILE [FILE ...]``
+fits on such files instead of timing (their passes together: a few short timing runs at different times
+make one many-pass measurement without holding the machine for long), so that model changes are compared
+on the same measurements.
 
-Usage: ``python benchmarks/embedding.py [--small] [--json] [--passes N] [--save FILE | --load FILE]``
+Usage: ``python benchmarks/embedding.py [--small] [--json] [--passes N] [--save FILE | --load FILE ...]``
 """
 
 from __future__ import annotations
@@ -94,6 +96,19 @@ def load_passes(path: str) -> tuple[list[list[TimedLookup]], float | None]:
         out.append(cells)
     stream = data.get("stream_bandwidth_bytes_per_s")
     return out, float(stream) if isinstance(stream, (int, float)) and stream > 0 else None
+
+
+def load_many(paths: list[str]) -> tuple[list[list[TimedLookup]], float | None]:
+    """The passes of every file in ``paths`` (:func:`load_passes`), in order, and the fastest streaming bandwidth
+    any of them recorded (the main-memory line's lower bound is the least disturbed one)."""
+    passes: list[list[TimedLookup]] = []
+    streams = []
+    for path in paths:
+        more, stream = load_passes(path)
+        passes += more
+        if stream is not None:
+            streams.append(stream)
+    return passes, max(streams) if streams else None
 
 
 def _key(t: TimedLookup) -> tuple:
@@ -179,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-table-gib", type=float, default=1.25)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--save", metavar="FILE", help="write every pass's timings to FILE (JSON)")
-    parser.add_argument("--load", metavar="FILE", help="fit on FILE's timings (from --save) instead of timing")
+    parser.add_argument("--load", metavar="FILE", nargs="+",
+                        help="fit on the timings of FILE(s) (from --save; passes joined) instead of timing")
     args = parser.parse_args(argv)
     if not 0 < args.fraction <= 0.1:
         print(f"The 'fraction' parameter must be in (0, 0.1]. Got {args.fraction} instead.", file=sys.stderr)
@@ -194,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     stream = None
     if args.load:
         try:
-            passes, stream = load_passes(args.load)
+            passes, stream = load_many(args.load)
         except (OSError, ValueError) as error:  # JSONDecodeError is a ValueError
             print(f"benchmarks/embedding.py: {' '.join(str(error).split())[:200]}", file=sys.stderr)
             return 2

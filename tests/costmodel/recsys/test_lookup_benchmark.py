@@ -70,3 +70,20 @@ def test_saved_timings_load_back_and_a_bad_file_is_one_line_exit_2(tmp_path, cap
     assert bench.main(["--load", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "load" in err and "zipf9" in err and len(err.strip().splitlines()) == 1
+
+
+def test_several_saved_files_load_as_one_measurement(tmp_path):
+    from costmodel.recsys.lookup_fit import TimedLookup
+    from costmodel.specs.recsys import AccessDistribution
+
+    bench = _benchmark()
+
+    def cell(seconds: float) -> TimedLookup:
+        return TimedLookup(AccessDistribution(), 1000, 32, 4, 256, seconds)
+
+    bench.save_passes([[cell(3e-5)], [cell(2e-5)]], str(tmp_path / "a.json"), 1e10)
+    bench.save_passes([[cell(1e-5)]], str(tmp_path / "b.json"), 2e10)
+    passes, stream = bench.load_many([str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    assert [[t.seconds for t in p] for p in passes] == [[3e-5], [2e-5], [1e-5]]
+    assert stream == 2e10  # the least disturbed streaming read of the runs
+    assert [t.seconds for t in bench.fastest(passes)] == [1e-5]
