@@ -6,6 +6,17 @@ over gloo on the main thread after the backward (data parallel, one bucket, no o
 SGD step. One torch thread per rank. torch.profiler records CPU operators with shapes, one
 ``ProfilerStep#N`` per step, and writes ``rank{r}.json`` per rank.
 
+Recording protocol (2026-12-02 02:20 UTC, for ``/work/notes/s6/mini9`` on): each vCPU of this VM flips between
+two speeds (x1.37) on a sub-second timescale, independently per core (``/work/notes/s6/probe_findings.md``), so
+one short profiled window samples one state. Each rank therefore records ``WINDOWS`` short windows of ``ACTIVE``
+profiled steps spread over several seconds (``torch.profiler.schedule``'s ``repeat``): after ``CALIBRATE``
+unprofiled warm-up steps the ranks agree on the step time (the slowest rank's) and put ``wait`` unprofiled steps
+before each window so that a window's cycle lasts at least ``CYCLE_S``. Each window is its own trace,
+``window{k}/rank{r}.json``: the replay's layer edit costs grow with the square of a trace's steps, so many short
+windows analyse in linear time where one long window would not. Each rank is pinned to one core
+(``rank_cores``: rank r on core ``(r + round) % cores``, so that over rounds rank 0 runs on every core), kept in
+the recording's note.
+
 One rank runs the same program (bucket, a 1-rank gloo all-reduce, copy-back), as a DDP job does:
 torch/nn/parallel/distributed.py builds its reducer whatever the world size. :func:`measure_corun`
 times the same step (without the collective) on one core alone and on every core at once: the
@@ -36,7 +47,13 @@ from costmodel.replay.host import read_json_note
 from costmodel.specs.errors import SpecError
 
 HIDDEN, SEQ, HEADS = 128, 64, 4
-WAIT, WARMUP, ACTIVE = 1, 2, 6
+CALIBRATE = 4
+"""Unprofiled steps before the windows: warm-up (the first allocates), the last two timed to size ``wait``."""
+WINDOWS, WINDOW_WARMUP, ACTIVE = 5, 1, 4
+"""Profiled windows per recording, the profiler's warm-up step before each, and the profiled steps in each."""
+CYCLE_S = 1.0
+"""Shortest span (s) of one window's cycle (its wait, warm-up and profiled steps): 5 windows spread a recording's
+profiled steps over at least 5 s, many flips of a core's speed state (about 0.2 s apart on 2026-12-02 01:42)."""
 CORUN_CONFIG = (2, 8)  # layers, batch of the step that measure_corun times: the larger working set
 
 
@@ -103,42 +120,74 @@ def _training_step(layers: int, batch: int, rank: int, world: int, reduce: bool)
     return step
 
 
-def record(config: Config, rank: int, out: Path) -> Path:
-    """Profile ``WAIT + WARMUP + ACTIVE`` steps of one rank of an initialised gloo group of ``config.world``
-    ranks; return its trace (rank{rank}.json in ``out``)."""
+def wait_steps(step_s: float, cycle_s: float = CYCLE_S) -> int:
+    """Unprofiled steps before each window so that its cycle (wait, warm-up, profiled steps of ``step_s``
+    each) lasts at least ``cycle_s``; at least one."""
+    return max(1, math.ceil(cycle_s / step_s) - WINDOW_WARMUP - ACTIVE)
+
+
+def rank_cores(world: int, round_: int, cores: Sequence[int]) -> tuple[int, ...]:
+    """The core each rank is pinned to: rank r on ``cores[(r + round_) % len(cores)]`` (distinct cores while
+    the ranks are no more than the cores; rank 0 moves to the next core each round)."""
+    ordered = sorted(cores)
+    return tuple(ordered[(r + round_) % len(ordered)] for r in range(world))
+
+
+def record(config: Config, rank: int, out: Path, windows: int = WINDOWS, cycle_s: float = CYCLE_S) -> list[Path]:
+    """Profile ``windows`` windows of ``ACTIVE`` steps of one rank of an initialised gloo group of
+    ``config.world`` ranks, spaced so that each window's cycle lasts at least ``cycle_s`` (the ranks agree on
+    the spacing: the slowest rank's step sizes it); return its traces, ``out/window{k}/rank{rank}.json``."""
     import torch
-
-    step = _training_step(config.layers, config.batch, rank, config.world, reduce=True)
-    schedule = torch.profiler.schedule(wait=WAIT, warmup=WARMUP, active=ACTIVE)
-    path = out / f"rank{rank}.json"
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
-                                schedule=schedule) as prof:
-        for _ in range(WAIT + WARMUP + ACTIVE):
-            step()
-            prof.step()
-    prof.export_chrome_trace(str(path))
-    return path
-
-
-def _worker(rank: int, config: Config, out: str, port: int) -> None:
     import torch.distributed as dist
 
+    step = _training_step(config.layers, config.batch, rank, config.world, reduce=True)
+    for _ in range(CALIBRATE - 2):
+        step()
+    start = time.perf_counter()
+    step()
+    step()
+    wait = torch.tensor([wait_steps((time.perf_counter() - start) / 2, cycle_s)])
+    dist.all_reduce(wait, op=dist.ReduceOp.MAX)
+    written: list[Path] = []
+
+    def save(prof: torch.profiler.profile) -> None:
+        folder = out / f"window{len(written)}"
+        folder.mkdir(exist_ok=True)
+        written.append(folder / f"rank{rank}.json")
+        prof.export_chrome_trace(str(written[-1]))
+
+    schedule = torch.profiler.schedule(wait=int(wait), warmup=WINDOW_WARMUP, active=ACTIVE, repeat=windows)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
+                                schedule=schedule, on_trace_ready=save) as prof:
+        for _ in range(windows * (int(wait) + WINDOW_WARMUP + ACTIVE)):
+            step()
+            prof.step()
+    return written
+
+
+def _worker(rank: int, config: Config, out: str, port: int, cores: tuple[int, ...] | None, windows: int,
+            cycle_s: float) -> None:
+    import torch.distributed as dist
+
+    if cores is not None:  # before gloo's threads start: they inherit the affinity
+        os.sched_setaffinity(0, {cores[rank]})
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     dist.init_process_group("gloo", rank=rank, world_size=config.world)
     try:
-        record(config, rank, Path(out))
+        record(config, rank, Path(out), windows, cycle_s)
     finally:
         dist.destroy_process_group()
 
 
-def record_config(config: Config, out: Path, port: int) -> Path:
+def record_config(config: Config, out: Path, port: int, cores: tuple[int, ...] | None = None,
+                  windows: int = WINDOWS, cycle_s: float = CYCLE_S) -> list[Path]:
     """Record every rank of ``config`` into ``out`` (one process per rank, a gloo group at any world size,
-    one rank too); rank 0's trace."""
+    one rank too; rank r pinned to ``cores[r]`` if given); the window folders, ``out/window{k}``."""
     out.mkdir(parents=True, exist_ok=True)
     import torch.multiprocessing as mp
 
-    mp.spawn(_worker, args=(config, str(out), port), nprocs=config.world, join=True)
-    return out / "rank0.json"
+    mp.spawn(_worker, args=(config, str(out), port, cores, windows, cycle_s), nprocs=config.world, join=True)
+    return [out / f"window{k}" for k in range(windows)]
 
 
 MAX_NOTE_BYTES = 64 * 1024  # recording.json holds a few numbers (two per core for the probe)
@@ -174,6 +223,9 @@ class RecordingNote:
     """The same just after the ranks were joined."""
     probe_work: str = ""
     """What the probe timed (``_speed_probe.PROBE_WORK``): only probes of the same work are compared."""
+    rank_cores: tuple[int, ...] | None = None
+    """The core each rank was pinned to (``rank_cores``), rank 0 first; None: not pinned (a note before
+    2026-12-02 02:20, whose ranks migrated over the affinity mask)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.round, bool) or not isinstance(self.round, int) or not 0 <= self.round < 1000:
@@ -189,6 +241,10 @@ class RecordingNote:
                                       or not math.isfinite(value) or not 0 <= value <= 1e6):
                 raise SpecError(f"recording.json {name}", value, "a number between 0 and 1e6, or null")
         self._check_probe()
+        cores = self.rank_cores
+        if cores is not None and (not isinstance(cores, tuple) or not 1 <= len(cores) <= 4096 or any(
+                isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < 65536 for c in cores)):
+            raise SpecError("recording.json rank_cores", cores, "a list of 1..4096 core ids 0..65535, or null")
         if not isinstance(self.recorded, str) or len(self.recorded) > 40:
             raise SpecError("recording.json recorded", self.recorded, "a time YYYY-MM-DD HH:MM:SS")
 
@@ -225,12 +281,12 @@ class RecordingNote:
         (``other_cores``, ``steal_cores``, the probe's) read as unmeasured."""
         data = read_json_note(path, "recording.json", MAX_NOTE_BYTES)
         fields = {"round", "recorded", "seconds", "load_before", "load_after"}
-        optional = {"other_cores", "steal_cores", "probe_work", *_PROBE_FIELDS}
+        optional = {"other_cores", "steal_cores", "probe_work", "rank_cores", *_PROBE_FIELDS}
         if not isinstance(data, dict) or not fields <= set(data) <= fields | optional:
             shown = sorted(set(data) ^ fields - optional)[0] if isinstance(data, dict) else type(data).__name__
             raise SpecError("recording.json key", shown, ", ".join(sorted(fields)) + " (and "
                             + ", ".join(sorted(optional)) + ")")
-        for name in _PROBE_FIELDS:
+        for name in (*_PROBE_FIELDS, "rank_cores"):
             if isinstance(data.get(name), list):
                 data[name] = tuple(data[name])
         return cls(**data)
@@ -290,7 +346,8 @@ def record_rounds(configs: Sequence[Config], out: Path, rounds: int, port: int =
             cores, before = probe()
             load, start, when = os.getloadavg()[0], time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S")
             busy, steal, own = _busy_cpu_s(), _steal_cpu_s(), _own_cpu_s()
-            record_config(config, folder, port)
+            pinned = rank_cores(config.world, round_, cores)
+            record_config(config, folder, port, pinned)
             port += 1
             wall = time.perf_counter() - start
             other = other_busy_cores(busy, _busy_cpu_s(), _own_cpu_s() - own, wall)
@@ -302,11 +359,12 @@ def record_rounds(configs: Sequence[Config], out: Path, rounds: int, port: int =
                                  other_cores=None if other is None else round(other, 3),
                                  steal_cores=None if stolen is None else round(stolen, 3),
                                  probe_cores=cores, probe_before_s=tuple(round(t, 7) for t in before),
-                                 probe_after_s=tuple(round(t, 7) for t in after), probe_work=PROBE_WORK)
+                                 probe_after_s=tuple(round(t, 7) for t in after), probe_work=PROBE_WORK,
+                                 rank_cores=pinned)
             note.write(folder / "recording.json")
             if progress is not None:
                 probe_ms = "/".join(f"{1e3 * (b + a) / 2:.2f}" for b, a in zip(before, after))
-                progress(f"recorded round {round_} {config.name} (load {note.load_before:.2f} -> "
+                progress(f"recorded round {round_} {config.name} on cores {pinned} (load {note.load_before:.2f} -> "
                          f"{note.load_after:.2f}; probe {probe_ms} ms per core; {time.perf_counter() - began:.0f} s)")
 
 

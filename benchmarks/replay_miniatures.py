@@ -15,21 +15,26 @@ Recordings from before one rank ran the bucket path (no collective in its trace)
 program from the edit's one-rank target; such pairs are flagged ``program differs`` and the MAPE is
 printed with and without them.
 
-Recording protocol: each configuration is recorded ``--rounds`` times (default 3), interleaved
-(A B C ... A B C ...), so that a load drift hits every configuration alike; the 1-minute load before and
-after each recording is kept beside it (``round{k}/{config}/recording.json``). Each configuration's
-recording with the fastest rank-0 step (the least disturbed) is its source trace and its measured
-target; the median over rounds of those per-round fastest steps is printed beside it, with the loads.
-``--from`` reads that layout, or an older single-recording one (one folder per configuration).
+Recording protocol (from 2026-12-02 02:20 UTC, ``/work/notes/s6/mini9`` on): each configuration is recorded
+``--rounds`` times (default 3), interleaved (A B C ... A B C ...), so that a drift over minutes hits every
+configuration alike; each recording profiles ``_replay_miniature.WINDOWS`` short windows (4 steps) spread over
+at least 5 s, each rank pinned to one core (rank 0 on another core each round), so that the windows sample the
+sub-second speed states of each core (``_replay_miniature``'s docstring). The load, the other processes' busy
+cores, the speed probe and the ranks' cores are kept beside each recording (``round{k}/{config}/recording.json``).
+Every window of every recording of a configuration is pooled: the source's windows are each edited and replayed
+and the estimators are taken over all their steps, the target's over all its measured rank-0 steps. ``--from``
+reads that layout, or the older ones (one trace per rank in the recording folder; one folder per configuration),
+pooled the same way (before 02:20 the figures were of each configuration's recording with the fastest step).
 
 The host under this VM changes speed (``_speed_probe``): each recording is bracketed by a fixed single-thread
 probe on each core, and every estimator is also given speed-normalised (each recording's times / its probe's
 ratio to the run's median probe; ``normalise_rows``), printed beside the raw one with a check of whether the
 probe tracked the recordings' own drift. Recordings without probes are analysed raw only, labelled so.
 
-Three estimates, predicted and measured alike: ``wall``, the fastest profiled step; ``median``, the
-median step; ``fastest-ops``, every operator and gap at its fastest instance across the steps
-(``costmodel.replay.edit.fastest_steps``). The target is judged on ``HEADLINE_ESTIMATOR`` (median). Interference only adds time, so the fastest step is the
+Four estimates over the pooled steps, predicted and measured alike: ``wall``, the fastest profiled step;
+``median``, the median step; ``trimmed_mean``, the mean of the middle 80 % of the steps; ``fastest-ops``, every
+operator and gap at its fastest instance across a window's steps (``costmodel.replay.edit.fastest_steps``), the
+fastest window's. The target is judged on ``HEADLINE_ESTIMATOR`` (trimmed mean, raw). Interference only adds time, so the fastest step is the
 closest to a configuration's own time; fastest-ops goes further but is no possible step where ranks
 outnumber cores (each rank's fastest operators ran while its core's other rank was idle). A 1-rank
 trace has no transfer to re-time into more ranks (its 1-rank all-reduce moves nothing): those pairs
@@ -72,31 +77,31 @@ operator), not a model figure."""
 QUIET_LOAD_PER_CORE = 0.75
 """For recordings without ``other_cores``: quiet when the 1-min load before and after was at most this per core
 (1.5 on 2 cores). The load counts the recording's own ranks too, so a dp 4 recording on 2 cores never passes."""
-ESTIMATORS = ("wall", "median", "fastest_ops")
-HEADLINE_ESTIMATOR = "median"
-"""The estimator the target is judged on, chosen before the recording it is judged on (2026-12-02, after the
-00:02-00:17 recording of that day, which showed all three): the median step, predicted and measured alike. On
-a shared 2-core host the fastest step is the one a core's other tenant happened to leave alone, so it measures
-the interference more than the program; the median is the steady step a user's run shows. The others are
-printed beside it.
+ESTIMATORS = ("wall", "median", "trimmed_mean", "fastest_ops")
+HEADLINE_ESTIMATOR = "trimmed_mean"
+"""The estimator the target is judged on, chosen before the recording it is judged on.
 
-Decided 2026-12-02 01:35 UTC, before the first recording with the speed probe (``/work/notes/s6/mini8``) and
-without having seen any probe figure of a recording: the headline is the **speed-normalised** median
-(``HEADLINE_NORMALISED``), the raw median printed beside it; recordings without probes fall back to the raw
-median, labelled so. Why: in the 01:23-01:27 recording (``/work/notes/s6/mini7``) the same configuration's
-fastest step swung up to 2x between rounds a minute apart with nothing else in the VM (other processes 0.01
-cores busy), and the co-run check's two "alone" medians of one step were 14.9 and 30.4 ms: the host under the
-VM changes speed, and a pair's raw error then holds the ratio of the two recordings' machine speeds, which no
-what-if of the program can predict. The normalisation divides each recording's times by its own probe's
-ratio to the run's median probe, the same rule for every pair, and the replay is untouched. Whether the probe
-tracks what slows the miniature is printed beside it (``speed_tracking``); if it does not, the normalised
-headline says nothing and the report must say so.
+History. 2026-12-02, after the 00:02-00:17 recording: the median step (the fastest step on a shared 2-core host is
+the one a core's other tenant happened to leave alone). 01:35 UTC, before ``/work/notes/s6/mini8``: the
+speed-normalised median (each recording divided by its bracketing probe's ratio to the run's median probe).
+Outcome (01:37-01:43): the probe did not track the steps (r 0.42, slope 0.43; ``_speed_probe``'s docstring),
+normalised median 17.9 / 15.4 / 15.2 % (layers / dp / layers+dp), raw 6.2 / 12.7 / 14.0 %.
 
-Outcome (01:37-01:43, ``/work/notes/s6/mini8``): it did not (``_speed_probe``'s docstring): normalised median
-17.9 / 15.4 / 15.2 % (layers / dp / layers+dp), raw 6.2 / 12.7 / 14.0 %. The decision above is left as it was
-made; whether the next recording is judged raw is a new decision, to be dated before that recording."""
-HEADLINE_NORMALISED = True
-"""Whether the headline is the speed-normalised ``HEADLINE_ESTIMATOR`` (see its docstring for when and why)."""
+Decided 2026-12-02 02:20 UTC, with the new recording protocol (``_replay_miniature``'s docstring: 5 windows of 4
+steps spread over >= 5 s per recording, ranks pinned, 3 interleaved rounds, every window pooled) and before any
+recording of it is analysed (a trial of L2-dp1-b2 and L4-dp4-b8, one recording each, sized the windows: 11 and
+17 s to record, L2-dp1-b2's steps 7.0-10.9 ms within the recording; no pair was predicted from it): the headline
+is the **trimmed mean** (``TRIM`` 10 % off each end) of the pooled steps, predicted and measured alike, **raw**
+(``HEADLINE_NORMALISED`` False). Why the trimmed mean and not the median: a core's steps sit at one of two speeds
+(x1.37), so a pool's median is the fast or the slow level as the share of slow steps is under or over one half (a
+jump of the whole x1.37 between two pools with 45 % and 55 % slow steps), where the mean moves with the share (3.7 %
+there); the trim keeps a preempted step out. Why raw: the probe seconds away from a window samples another state
+(mini8), while the pooled windows average the states themselves; the protocol, not a correction, is what the
+headline now rests on. The median, the fastest step, the fastest-ops composite and the speed-normalised figures
+are printed beside it."""
+HEADLINE_NORMALISED = False
+"""Whether the headline is the speed-normalised ``HEADLINE_ESTIMATOR`` (True for mini8, 01:35; False from the
+windowed protocol on, 2026-12-02 02:20: see ``HEADLINE_ESTIMATOR``)."""
 
 
 def edits_between(source: Config, target: Config) -> str | None:
@@ -120,30 +125,49 @@ def _rank0(replay_iterations: list, measured: bool = False) -> list[float]:  # t
     return [it.measured_s if measured else it.replayed_s for it in replay_iterations if it.rank == 0]
 
 
-def estimates(graph: Graph, fastest: Graph) -> dict[str, float]:
-    """Rank 0's step by each estimator: fastest and median replayed step, and the fastest-ops composite."""
-    steps = _rank0(simulate(graph).iterations)
-    return {"wall": min(steps), "median": float(np.median(steps)),
-            "fastest_ops": min(_rank0(simulate(fastest).iterations))}
+TRIM = 0.1
+"""Share of the pooled steps left out at each end by the trimmed mean (``trimmed_mean``)."""
 
 
-def pairs(traces: dict[Config, list[Path]], host: HostProfile) -> tuple[list[dict[str, object]], list[str]]:
+def trimmed_mean(values: list[float], trim: float = TRIM) -> float:
+    """The mean of ``values`` without the ``trim`` share of the smallest and of the largest (at least one left).
+
+    Why a mean: each core's steps sit at one of two speeds, so the median of a pool jumps by the whole x1.37 as
+    the share of slow steps crosses one half, where the mean moves with the share; the trim keeps a step another
+    process preempted from moving it."""
+    ordered = sorted(values)
+    cut = min(int(trim * len(ordered)), (len(ordered) - 1) // 2)
+    return float(np.mean(ordered[cut:len(ordered) - cut]))
+
+
+def pooled(steps: list[float], fastest_ops: list[float]) -> dict[str, float]:
+    """Each estimator over a configuration's pooled rank-0 steps (all its windows of all its recordings):
+    the fastest step, the median, the trimmed mean, and the fastest window's fastest-ops composite."""
+    return {"wall": min(steps), "median": float(np.median(steps)), "trimmed_mean": trimmed_mean(steps),
+            "fastest_ops": min(fastest_ops)}
+
+
+def estimates(windows: list[Graph], fastest: list[Graph]) -> dict[str, float]:
+    """Rank 0's step by each estimator over the replayed steps of every window (``pooled``)."""
+    return pooled([s for g in windows for s in _rank0(simulate(g).iterations)],
+                  [min(_rank0(simulate(g).iterations)) for g in fastest])
+
+
+def pairs(graphs: dict[Config, list[Graph]], host: HostProfile) -> tuple[list[dict[str, object]], list[str]]:
     """Every ordered pair of configurations of one batch size: predicted and measured step time.
 
-    The source graph holds all its ranks' traces (collectives matched: the wait for a peer is apart
-    from the transfer); the target's measured step is rank 0's, by the same estimator. A row's
-    ``program_differs`` says one of the two ran no collective (a one-rank recording of the old program).
+    ``graphs`` holds each configuration's profiled windows (of all its recordings), each a graph of all its
+    ranks' traces (collectives matched: the wait for a peer is apart from the transfer). Every source window
+    is edited and replayed and the estimators (``pooled``) are taken over all their replayed steps; the target's
+    measured figure is the same estimator over its windows' measured rank-0 steps. A row's ``program_differs``
+    says one of the two ran no collective (a one-rank recording of the old program).
     """
-    graphs = {c: build_graph([read_trace(p) for p in paths]) for c, paths in traces.items()}
-    reduces = {c: any(n.family == "collective" for n in g.nodes) for c, g in graphs.items()}
-    fastest = {c: fastest_steps(g) for c, g in graphs.items()}
-    measured = {}
-    for c, g in graphs.items():
-        steps = _rank0(simulate(g).iterations, measured=True)
-        measured[c] = {"wall": min(steps), "median": float(np.median(steps)),
-                       "fastest_ops": min(_rank0(simulate(fastest[c]).iterations))}
+    reduces = {c: any(n.family == "collective" for g in gs for n in g.nodes) for c, gs in graphs.items()}
+    fastest = {c: [fastest_steps(g) for g in gs] for c, gs in graphs.items()}
+    measured = {c: pooled([s for g in gs for s in _rank0(simulate(g).iterations, measured=True)],
+                          [min(_rank0(simulate(g).iterations)) for g in fastest[c]]) for c, gs in graphs.items()}
     rows, skipped = [], []
-    for source, target in itertools.permutations(traces, 2):
+    for source, target in itertools.permutations(graphs, 2):
         if source.batch != target.batch:
             continue
         edit = edits_between(source, target)
@@ -151,7 +175,8 @@ def pairs(traces: dict[Config, list[Path]], host: HostProfile) -> tuple[list[dic
             skipped.append(f"{source.name} -> {target.name}")
             continue
         what_if = parse_what_if(f"{edit},{host.what_if()}")
-        got = estimates(apply_what_if(graphs[source], what_if), apply_what_if(fastest[source], what_if))
+        got = estimates([apply_what_if(g, what_if) for g in graphs[source]],
+                        [apply_what_if(g, what_if) for g in fastest[source]])
         row: dict[str, object] = {"source": source.name, "target": target.name, "edit": edit,
                                   "kind": kind_of(source, target),
                                   "program_differs": reduces[source] != reduces[target]}
@@ -172,9 +197,23 @@ def fastest_measured_s(trace: Path) -> float:
     return min(measured_steps_s(trace))
 
 
+def recording_windows(folder: Path) -> list[Path]:
+    """A recording's profiled windows, ``window{k}/`` in order; or, for a recording of one window (before
+    2026-12-02 02:20), the folder itself."""
+    windows = [d for d in folder.glob("window*") if d.name[6:].isdigit() and (d / "rank0.json").is_file()]
+    return sorted(windows, key=lambda d: int(d.name[6:])) or [folder]
+
+
+def load_graphs(found: dict[Config, list[tuple[Path, RecordingNote | None]]]) -> dict[Config, list[list[Graph]]]:
+    """Per configuration, per recording, each window's graph of all the configuration's ranks' traces."""
+    return {c: [[build_graph([read_trace(w / f"rank{r}.json") for r in range(c.world)])
+                 for w in recording_windows(folder)] for folder, _ in recordings] for c, recordings in found.items()}
+
+
 def find_recordings(out: Path) -> dict[Config, list[tuple[Path, RecordingNote | None]]]:
     """Every configuration's recordings in ``out``: ``round{k}/{name}/`` (interleaved rounds, each with its
-    ``recording.json``) or, in an older layout, ``{name}/`` alone (no note)."""
+    ``recording.json``, its traces in ``window{k}/`` or, before 2026-12-02 02:20, in the folder itself) or, in an
+    older layout, ``{name}/`` alone (no note)."""
     rounds = sorted((d for d in out.glob("round*") if d.is_dir() and d.name[5:].isdigit()),
                     key=lambda d: int(d.name[5:])) or [out]
     found: dict[Config, list[tuple[Path, RecordingNote | None]]] = {}
@@ -182,31 +221,40 @@ def find_recordings(out: Path) -> dict[Config, list[tuple[Path, RecordingNote | 
         config = Config(layers, world, batch)
         for round_dir in rounds:
             folder = round_dir / config.name
-            if (folder / "rank0.json").is_file():
+            if (folder / "rank0.json").is_file() or (folder / "window0" / "rank0.json").is_file():
                 note = folder / "recording.json"
                 found.setdefault(config, []).append((folder, RecordingNote.read(note) if note.is_file() else None))
     return found
 
 
-def choose_recordings(found: dict[Config, list[tuple[Path, RecordingNote | None]]]) -> dict[Config, dict[str, object]]:
-    """Per configuration: the recording whose rank-0 fastest step is the shortest (interference only adds
-    time), the per-round fastest and median steps, the median of the fastest, each recording's load and its
-    speed probe (``probes_s``: ``_speed_probe.recording_probe_s``, None for a note without one)."""
+def choose_recordings(found: dict[Config, list[tuple[Path, RecordingNote | None]]],
+                      graphs: dict[Config, list[list[Graph]]] | None = None) -> dict[Config, dict[str, object]]:
+    """Per configuration: its windows' graphs pooled over every recording (``windows``: what ``pairs`` takes),
+    each recording's fastest and median rank-0 step over its windows, the median of those fastest steps, each
+    recording's load, its speed probe (``probes_s``: ``_speed_probe.recording_probe_s``, None for a note
+    without one) and its ranks' cores; ``load``/``other``: the most loaded recording's (a pooled figure is as
+    quiet as its least quiet recording). ``graphs``: ``load_graphs(found)``, read here if not given."""
+    graphs = load_graphs(found) if graphs is None else graphs
     chosen: dict[Config, dict[str, object]] = {}
     for config, recordings in found.items():
-        steps = [measured_steps_s(folder / "rank0.json") for folder, _ in recordings]
+        steps = [[s.measured_us * 1e-6 for g in windows for s in g.steps if s.rank == 0]
+                 for windows in graphs[config]]
         minima = [min(s) for s in steps]
-        best = int(np.argmin(minima))
         probes = [recording_probe_s(note.probe_before_s, note.probe_after_s)  # type: ignore[arg-type]
                   if note is not None and note.probed else None for _, note in recordings]
         loads = [None if note is None else (note.load_before, note.load_after) for _, note in recordings]
         others = [None if note is None else note.other_cores for _, note in recordings]
-        chosen[config] = {"folder": recordings[best][0], "round": best, "minima_s": minima,
+        known = [ld for ld in loads if ld is not None]
+        chosen[config] = {"windows": [g for windows in graphs[config] for g in windows],
+                          "folders": [str(folder) for folder, _ in recordings], "minima_s": minima,
                           "medians_s": [float(np.median(s)) for s in steps],
-                          "median_of_minima_s": float(np.median(minima)), "loads": loads, "load": loads[best],
-                          "other_cores": others, "other": others[best], "probes_s": probes,
+                          "median_of_minima_s": float(np.median(minima)), "loads": loads,
+                          "load": None if len(known) < len(loads) else max(known, key=max),
+                          "other_cores": others, "other": None if None in others else max(others),  # type: ignore[type-var]
+                          "probes_s": probes,
                           "probe_work": [None if note is None else note.probe_work for _, note in recordings],
-                          "steal_cores": [None if note is None else note.steal_cores for _, note in recordings]}
+                          "steal_cores": [None if note is None else note.steal_cores for _, note in recordings],
+                          "rank_cores": [None if note is None else note.rank_cores for _, note in recordings]}
     return chosen
 
 
@@ -313,26 +361,28 @@ def main() -> int:
         raise SpecError("--from", str(out), f"a folder with every configuration's traces (no {missing[0]})")
     host = _host_profile(out / "host.json", args)
     recorded = choose_recordings(found)
-    traces = {c: [Path(str(v["folder"])) / f"rank{r}.json" for r in range(c.world)] for c, v in recorded.items()}
-    rows, skipped = pairs(traces, host)
+    rows, skipped = pairs({c: v["windows"] for c, v in recorded.items()}, host)  # type: ignore[misc]
     for row in rows:
         source, target = (_config(recorded, row[k]) for k in ("source", "target"))
         row["source_load"], row["target_load"] = recorded[source]["load"], recorded[target]["load"]
         median = float(recorded[target]["median_of_minima_s"])  # type: ignore[arg-type]
         row["wall_median_of_minima_error"] = float(row["wall_predicted_s"]) / median - 1.0  # type: ignore[arg-type]
         row["source_other_cores"], row["target_other_cores"] = recorded[source]["other"], recorded[target]["other"]
-        row["quiet"] = quiet_recordings([row["source_load"], row["target_load"]], host.cores,  # type: ignore[list-item]
-                                        [row["source_other_cores"], row["target_other_cores"]])  # type: ignore[list-item]
+        row["quiet"] = quiet_recordings([*recorded[source]["loads"], *recorded[target]["loads"]],  # type: ignore[misc]
+                                        host.cores, [*recorded[source]["other_cores"],  # type: ignore[misc]
+                                                     *recorded[target]["other_cores"]])  # type: ignore[misc]
     speeds = recording_speeds(recorded)
     for c, factors in speeds.items():
         recorded[c]["speeds"] = factors
-        recorded[c]["speed"] = None if factors is None else factors[int(recorded[c]["round"])]  # type: ignore[call-overload]
+        # the pooled windows span every recording: their factors' geometric mean puts the pool at one speed
+        recorded[c]["speed"] = None if factors is None else float(np.exp(np.mean(np.log(factors))))
     normalise_rows(rows, {c.name: v["speed"] for c, v in recorded.items()})  # type: ignore[misc]
     mape, mape_normalised = _mape(rows), _mape(rows, normalised=True)
     same_program = _mape([r for r in rows if not r["program_differs"]])
     judged, judged_mape = headline(rows)
     tracking = {"median_step": speed_tracking(recorded), "fastest_step": speed_tracking(recorded, "minima_s")}
-    recordings = {c.name: {"chosen": str(v["folder"]), "minima_s": v["minima_s"], "medians_s": v["medians_s"],
+    recordings = {c.name: {"folders": v["folders"], "windows": len(v["windows"]),  # type: ignore[arg-type]
+                           "rank_cores": v["rank_cores"], "minima_s": v["minima_s"], "medians_s": v["medians_s"],
                            "loads": v["loads"], "other_cores": v["other_cores"], "steal_cores": v["steal_cores"],
                            "probes_s": v["probes_s"], "speed_factors": v["speeds"],
                            "median_of_minima_s": v["median_of_minima_s"]} for c, v in recorded.items()}
@@ -347,13 +397,15 @@ def main() -> int:
                           "host": {"cores": host.cores, "corun_slowdown": host.corun_slowdown,
                                    "corun_source": host.corun_source}, "traces": str(out)}, indent=1))
         return 0
-    print(f"{'configuration':14} {'fastest step per round (ms) (1-min load before-after, speed factor)':75} chosen")
+    print(f"{'configuration':14} {'fastest / median step per round (ms) (1-min load before-after, speed factor, cores)':98} "
+          "pooled")
     for c, v in recorded.items():
         factors = v["speeds"] or [None] * len(v["minima_s"])  # type: ignore[arg-type]
-        cells = "  ".join(f"{1e3 * m:6.2f} ({'?' if ld is None else f'{ld[0]:.1f}-{ld[1]:.1f}'}"
-                          + ("" if f is None else f", x{f:.2f}") + ")"
-                          for m, ld, f in zip(v["minima_s"], v["loads"], factors))  # type: ignore[call-overload, arg-type]
-        print(f"{c.name:14} {cells:75} round {v['round']}, median of minima "
+        cells = "  ".join(f"{1e3 * m:6.2f}/{1e3 * md:6.2f} ({'?' if ld is None else f'{ld[0]:.1f}-{ld[1]:.1f}'}"
+                          + ("" if f is None else f", x{f:.2f}") + ("" if rc is None else f", {_cores(rc)}") + ")"
+                          for m, md, ld, f, rc in zip(v["minima_s"], v["medians_s"], v["loads"], factors,  # type: ignore[call-overload, arg-type]
+                                                      v["rank_cores"]))  # type: ignore[call-overload]
+        print(f"{c.name:14} {cells:98} {len(v['windows'])} windows, median of minima "  # type: ignore[arg-type]
               f"{1e3 * float(v['median_of_minima_s']):.2f} ms")  # type: ignore[arg-type]
     print()
     print(f"{'':48} " + " ".join(f"{name.replace('_', ' '):^41}" for name in ESTIMATORS))
@@ -395,11 +447,16 @@ def main() -> int:
           f"({len(rows)} pairs)")
     loads = [x for v in recorded.values() for ld in v["loads"] if ld is not None for x in ld]  # type: ignore[attr-defined]
     print("1-min load during the recordings: " + (f"{min(loads):.2f}-{max(loads):.2f}" if loads else "not recorded")
-          + f" (chosen recordings: {', '.join(sorted({_load(v) for v in recorded.values()}))}); {len(quiet)} of "
+          + f" (most loaded recording per configuration: {', '.join(sorted({_load(v) for v in recorded.values()}))}); "
+          f"{len(quiet)} of "
           f"{len(rows)} pairs from quiet recordings (other processes <= {QUIET_OTHER_CORES:g} cores busy; "
           f"without that figure, load <= {QUIET_LOAD_PER_CORE * host.cores:g} before and after)")
     print(f"traces in {out}")
     return 0
+
+
+def _cores(cores: tuple[int, ...]) -> str:
+    return "cpu" + "/".join(str(c) for c in cores)
 
 
 def _percent(value: object) -> str:

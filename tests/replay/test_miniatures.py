@@ -29,7 +29,8 @@ def graphs(tmp_path_factory):
     out = {}
     for layers in (2, 4):
         folder = tmp_path_factory.mktemp(f"L{layers}")
-        out[layers] = build_graph([read_trace(record_config(Config(layers, 1, 2), folder, _free_port()))])
+        window, = record_config(Config(layers, 1, 2), folder, _free_port(), windows=1, cycle_s=0.0)
+        out[layers] = build_graph([read_trace(window / "rank0.json")])
     return out
 
 
@@ -131,8 +132,8 @@ def test_gloo_collective_of_a_cpu_trace_is_retimed_by_the_dp_edit(tmp_path):
 def two_ranks(tmp_path_factory):
     """L2, 2 gloo ranks, both ranks' traces (the CI size of the benchmark's DP pairs)."""
     folder = tmp_path_factory.mktemp("L2-dp2")
-    record_config(Config(2, 2, 2), folder, _free_port())
-    return build_graph([read_trace(folder / f"rank{r}.json") for r in range(2)])
+    window, = record_config(Config(2, 2, 2), folder, _free_port(), windows=1, cycle_s=0.0)
+    return build_graph([read_trace(window / f"rank{r}.json") for r in range(2)])
 
 
 def test_gloo_ranks_are_linked_matched_and_replayed(two_ranks):
