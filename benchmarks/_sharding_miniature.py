@@ -18,6 +18,13 @@ output distribution, and the reverse all-to-all of the gradients in the backward
    back, ``backward`` through the lookups and a sparse SGD update; data-parallel tables look up the
    local batch and all-reduce their dense gradient.
 
+Every round (warm-up and timed) looks up a fresh global batch, as every training step does: a batch
+repeated each step let a lookup find the rows it touched the step before in cache, a reuse neither
+training nor the fresh-batch lookup profile the model is fitted on has (``costmodel/profiling/embedding.py``).
+The batches are drawn before the timing loop (``draw_rounds``), so drawing ids is never timed. All plans of
+a round look up that round's batch: each plan has its own tables, so it cannot find another plan's rows
+in cache, and the plans are compared on the same ids.
+
 The dense MLPs are left out: they are the same for every plan and would only add a constant.
 """
 
@@ -48,13 +55,36 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _draw(table: MiniTable, count: int, rng: np.random.Generator) -> np.ndarray:
+def _hashed_zipf(table: MiniTable, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray] | None:
+    """A Zipf table's rank probabilities and the permutation that hashes ranks onto rows (popularity unrelated
+    to the row number); drawn once per table, so the same rows stay hot from batch to batch. ``None``: uniform."""
     if table.zipf <= 0:
+        return None
+    p = np.arange(1, table.rows + 1, dtype=float) ** -table.zipf
+    return p / p.sum(), rng.permutation(table.rows)
+
+
+def _draw(table: MiniTable, count: int, rng: np.random.Generator,
+          zipf: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    if zipf is None:
         return rng.integers(0, table.rows, size=count)
-    ranks = np.arange(1, table.rows + 1, dtype=float)
-    p = ranks ** -table.zipf
-    ids = rng.choice(table.rows, size=count, p=p / p.sum())
-    return rng.permutation(table.rows)[ids]  # hashed ids: popularity unrelated to the row number
+    p, rows_of_rank = zipf
+    return rows_of_rank[rng.choice(table.rows, size=count, p=p)]
+
+
+def draw_rounds(tables: list[MiniTable], batch: int, rounds: int, seed: int,
+                mine: slice) -> list[dict[str, np.ndarray]]:
+    """Per round, a fresh global batch of ``batch`` bags per table (``[batch, pooling]`` ids), of which the
+    ``mine`` bags are kept (a rank's local batch).
+
+    Every rank draws the same stream from ``seed``, so the ranks' slices are of one global batch. Only the
+    local slices are kept: ``rounds`` x local batch x the tables' pooling x 8 bytes (22 MB per rank at 14
+    rounds of 1024 bags of 5 tables at pooling 39).
+    """
+    rng = np.random.default_rng(seed)
+    zipf = {t.name: _hashed_zipf(t, rng) for t in tables}
+    return [{t.name: _draw(t, batch * t.pooling, rng, zipf[t.name]).reshape(batch, t.pooling)[mine].copy()
+             for t in tables} for _ in range(rounds)]
 
 
 def _shards(table: MiniTable, kind: str, ranks: tuple[int, ...], world: int) -> list[tuple[int, int, int, int]]:
@@ -83,11 +113,11 @@ def _worker(rank: int, world: int, port: int, tables: list[MiniTable], plans: li
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     local = batch // world
-    rng = np.random.default_rng(seed)  # the same global batch on every rank
-    ids = {t.name: torch.from_numpy(_draw(t, batch * t.pooling, rng)).reshape(batch, t.pooling) for t in tables}
+    mine = slice(rank * local, (rank + 1) * local)
+    rounds = [{name: torch.from_numpy(x) for name, x in ids.items()}
+              for ids in draw_rounds(tables, batch, warmup + steps, seed, mine)]
     grad_rng = torch.Generator().manual_seed(seed + 1)
     torch.manual_seed(seed + 2 + rank)
-    mine = slice(rank * local, (rank + 1) * local)
 
     def build(plan: dict):
         modules, dp = {}, {}
@@ -102,7 +132,8 @@ def _worker(rank: int, world: int, port: int, tables: list[MiniTable], plans: li
                                                 first, rows)
         return modules, dp
 
-    def step(plan: dict, modules: dict, dp: dict, marks: list[float]) -> None:
+    def step(plan: dict, modules: dict, dp: dict, ids: dict, marks: list[float]) -> None:
+        # ids: this round's local batch per table, [local, pooling]
         marks.append(time.process_time())
         # 1. input distribution: per destination, for each of its shards in a fixed order, lengths then ids
         send_len: list[list[torch.Tensor]] = [[] for _ in range(world)]
@@ -112,7 +143,7 @@ def _worker(rank: int, world: int, port: int, tables: list[MiniTable], plans: li
             kind, ranks = plan[t.name]
             if kind == "data_parallel":
                 continue
-            block = ids[t.name][mine]
+            block = ids[t.name]
             for index, (r, first, rows, cols) in enumerate(_shards(t, kind, ranks, world)):
                 if kind in ("row_wise", "table_row_wise"):
                     hit = (block >= first) & (block < first + rows)
@@ -189,7 +220,7 @@ def _worker(rank: int, world: int, port: int, tables: list[MiniTable], plans: li
         marks.append(time.process_time())
         for name, module in dp.items():
             table = next(t for t in tables if t.name == name)
-            flat = ids[name][mine]
+            flat = ids[name]
             out = module(flat.reshape(-1), torch.arange(0, local * table.pooling, table.pooling))
             out.backward(torch.randn(out.shape, generator=grad_rng))
             dist.all_reduce(module.weight.grad)
@@ -205,7 +236,7 @@ def _worker(rank: int, world: int, port: int, tables: list[MiniTable], plans: li
             marks: list[float] = []
             dist.barrier()
             start = time.perf_counter()
-            step(plan, *built[index], marks)
+            step(plan, *built[index], rounds[iteration], marks)
             dist.barrier()
             if iteration >= warmup:
                 wall[index].append(time.perf_counter() - start)
