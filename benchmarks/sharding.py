@@ -11,9 +11,10 @@ memory model. Printed: parplan's win rate and median step-time gain over TorchRe
 model, and each method's memory violations under each memory model.
 
 Part 2 (measured): ``--miniatures`` CPU miniatures (default 10): 3 to 5 tables on 2 (or 4) gloo
-processes, each candidate plan timed with real all-to-alls and EmbeddingBags, interleaved
-(``benchmarks/_sharding_miniature.py``), as the critical path of CPU time (the machine is shared: wall
-time mostly measures waiting for a core; the fastest wall-clock step is printed beside it). Both cost
+processes, each candidate plan timed with real all-to-alls and EmbeddingBags, interleaved, a fresh batch
+every round as in training (``benchmarks/_sharding_miniature.py``), as the critical path of CPU time (the
+machine is shared: wall time mostly measures waiting for a core; the fastest wall-clock step is printed
+beside it). Both cost
 models are given this machine's figures, measured here first (``benchmarks/_sharding_hardware.py``:
 memory bandwidth, the gloo all-to-all latency and bandwidth); parplan's also this CPU's lookup profile
 (forward and the miniature's autograd backward + sparse SGD, fitted on the miniatures' table sizes) and
