@@ -137,6 +137,10 @@ def test_an_older_single_recording_folder_is_one_round_without_a_note(tmp_path):
      "recording.json load_before"),
     ("[1, 2]", "recording.json key"),
     ("not json", "recording.json"),
+    ('{"round": 0, "recorded": "x", "seconds": 1, "load_before": 1, "load_after": 1, "rank_cores": [0, -1]}',
+     "recording.json rank_cores"),
+    ('{"round": 0, "recorded": "x", "seconds": 1, "load_before": 1, "load_after": 1, "rank_cores": "0"}',
+     "recording.json rank_cores"),
 ])
 def test_a_bad_recording_note_is_a_one_line_error_naming_its_field(tmp_path, text, field):
     path = tmp_path / "recording.json"
@@ -148,7 +152,7 @@ def test_a_bad_recording_note_is_a_one_line_error_naming_its_field(tmp_path, tex
 
 def test_note_round_trips(tmp_path):
     note = recording.RecordingNote(round=2, recorded="2026-12-01 22:00:00", seconds=4.5, load_before=0.8,
-                                   load_after=1.2)
+                                   load_after=1.2, rank_cores=(1, 0))
     note.write(tmp_path / "recording.json")
     assert recording.RecordingNote.read(tmp_path / "recording.json") == note
     assert set(json.loads((tmp_path / "recording.json").read_text())) == {
