@@ -98,7 +98,16 @@ jump of the whole x1.37 between two pools with 45 % and 55 % slow steps), where 
 there); the trim keeps a preempted step out. Why raw: the probe seconds away from a window samples another state
 (mini8), while the pooled windows average the states themselves; the protocol, not a correction, is what the
 headline now rests on. The median, the fastest step, the fastest-ops composite and the speed-normalised figures
-are printed beside it."""
+are printed beside it.
+
+Outcome, two recordings with this protocol (3 rounds, 15 windows per configuration; 444-498 s to record, ~10 min to
+analyse): ``/work/notes/s6/mini9`` (02:20-02:28) trimmed mean 4.1 / 3.0 / 5.4 % (layers / dp / layers+dp; worst
+pair 7.4 / 7.5 / 11.7 %), median 4.0 / 3.5 / 5.2 %; ``/work/notes/s6/mini10`` (02:40-02:50) trimmed mean 17.1 /
+12.1 / 17.3 % (worst 46-53 %), median 19.1 / 13.5 / 19.3 %. The spread is the targets' measured level, not the
+edits: mini10's measured trimmed means are 0.65x mini9's for L2-dp1-b2 and L2-dp1-b8 (all three rounds of each
+fast, the first two configurations of every round) and 0.82-1.02x for the others, and every pair with an L2-dp1
+target is off by 15-53 %. So the speed state persists over a whole recording (~12 s) often enough that 5 windows
+over 5 s and 3 rounds do not average it for one-rank configurations; the target is met in one recording of two."""
 HEADLINE_NORMALISED = False
 """Whether the headline is the speed-normalised ``HEADLINE_ESTIMATOR`` (True for mini8, 01:35; False from the
 windowed protocol on, 2026-12-02 02:20: see ``HEADLINE_ESTIMATOR``)."""
