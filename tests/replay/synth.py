@@ -48,6 +48,19 @@ def synthetic_trace(layers: int = 4, steps: int = 2, launch_us: float = 5.0, all
             "deviceProperties": [{"name": "synthetic"}]}
 
 
+
+def step_trace(steps_us: list[float], rank: int = 0, world: int = 1) -> dict[str, Any]:
+    """A rank's trace of profiled steps of the given lengths (µs), one ``aten::mm`` inside each."""
+    events: list[dict[str, Any]] = []
+    t = 0.0
+    for i, dur in enumerate(steps_us):
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+                       "ts": t, "dur": dur, "args": {}})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 1.0,
+                       "dur": dur - 2.0, "args": {}})
+        t += dur + 10.0
+    return {"traceEvents": events, "distributedInfo": {"rank": rank, "world_size": world}}
+
 def write(path: Path, data: dict[str, Any]) -> Path:
     """Write ``data`` as ``.json`` or ``.json.gz`` by the suffix."""
     text = json.dumps(data).encode()

@@ -9,24 +9,12 @@ import pytest
 
 from costmodel.specs.errors import SpecError
 from tests.benchmark_module import load_benchmark
-from tests.replay.synth import write
+from tests.replay.synth import step_trace, write
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import _replay_miniature as recording  # noqa: E402
 
 bench = load_benchmark("replay_miniatures")
-
-
-def _trace(steps_us, rank=0, world=1):
-    events = []
-    t = 0.0
-    for i, dur in enumerate(steps_us):
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
-                       "ts": t, "dur": dur, "args": {}})
-        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 1.0,
-                       "dur": dur - 2.0, "args": {}})
-        t += dur + 10.0
-    return {"traceEvents": events, "distributedInfo": {"rank": rank, "world_size": world}}
 
 
 def test_rounds_are_interleaved_and_each_recording_has_its_load(tmp_path, monkeypatch):
@@ -76,7 +64,7 @@ def test_every_window_of_every_recording_is_pooled(tmp_path):
                 inside = folder if window is None else folder / f"window{window}"
                 inside.mkdir(parents=True)
                 for rank in range(config.world):  # every rank: a window's graph holds all of them
-                    write(inside / f"rank{rank}.json", _trace([best + 300.0, best + 100.0 * (window or 0),
+                    write(inside / f"rank{rank}.json", step_trace([best + 300.0, best + 100.0 * (window or 0),
                                                                best + 100.0], rank, config.world))
             recording.RecordingNote(round=round_, recorded="2026-12-01 22:00:00", seconds=4.0,
                                     load_before=1.0 + round_, load_after=1.5 + round_).write(folder / "recording.json")
@@ -125,7 +113,7 @@ def test_windows_are_spaced_to_last_the_cycle():
 def test_an_older_single_recording_folder_is_one_round_without_a_note(tmp_path):
     folder = tmp_path / "L2-dp1-b2"
     folder.mkdir()
-    write(folder / "rank0.json", _trace([500.0, 400.0]))
+    write(folder / "rank0.json", step_trace([500.0, 400.0]))
     found = bench.find_recordings(tmp_path)
     assert list(found) == [recording.Config(2, 1, 2)] and found[recording.Config(2, 1, 2)] == [(folder, None)]
 

@@ -9,7 +9,7 @@ import pytest
 
 from costmodel.specs.errors import SpecError
 from tests.benchmark_module import load_benchmark
-from tests.replay.synth import write
+from tests.replay.synth import step_trace, write
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import _replay_miniature as recording  # noqa: E402
@@ -18,17 +18,6 @@ import _speed_probe as probe  # noqa: E402
 bench = load_benchmark("replay_miniatures")
 CONFIGS = [recording.Config(layers, world, batch) for layers in bench.LAYERS for world in bench.WORLDS
            for batch in bench.BATCHES]
-
-
-def _trace(steps_us, rank=0, world=1):
-    events, t = [], 0.0
-    for i, dur in enumerate(steps_us):
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
-                       "ts": t, "dur": dur, "args": {}})
-        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 1.0,
-                       "dur": dur - 2.0, "args": {}})
-        t += dur + 10.0
-    return {"traceEvents": events, "distributedInfo": {"rank": rank, "world_size": world}}
 
 
 def _note(round_, probe_ms=None):
@@ -42,7 +31,7 @@ def _note(round_, probe_ms=None):
 def _record(folder, steps_us, note, world=1):
     folder.mkdir(parents=True)
     for rank in range(world):  # every rank: a recording's graph holds all of them
-        write(folder / f"rank{rank}.json", _trace(steps_us, rank, world))
+        write(folder / f"rank{rank}.json", step_trace(steps_us, rank, world))
     if note is not None:
         note.write(folder / "recording.json")
 
