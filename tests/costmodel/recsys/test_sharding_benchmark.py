@@ -1,7 +1,9 @@
-"""Helpers of benchmarks/sharding.py's measured miniatures (no processes started here: one in-process gloo rank)."""
+"""Helpers of benchmarks/sharding.py's measured miniatures (one gloo rank, in a child process)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -10,7 +12,8 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
 
 import benchmarks._sharding_miniature as miniature  # noqa: E402
 from benchmarks._sharding_miniature import MiniTable, critical_cpu_seconds, draw_rounds  # noqa: E402
@@ -65,7 +68,12 @@ class _Queue:
         self.items.append(item)
 
 
-def test_each_timed_step_looks_up_its_rounds_batch_drawn_outside_the_timed_region(monkeypatch):
+def _timed_steps_probe() -> dict:
+    """One gloo rank of the miniature with a slowed id draw and a recording lookup, in a process of its own.
+
+    The worker initialises the default process group, of which a process has one: run inside the test
+    process it would collide with any other test's (the conformance tests' fake world is session-wide).
+    """
     import torch
     import torch.distributed as dist
 
@@ -81,31 +89,43 @@ def test_each_timed_step_looks_up_its_rounds_batch_drawn_outside_the_timed_regio
             pass
         return real_draw(*args, **kwargs)
 
-    seen: list[torch.Tensor] = []
+    seen: list = []
 
     class RecordingBag(torch.nn.EmbeddingBag):
         def forward(self, ids, offsets=None, *args, **kwargs):
-            seen.append(ids.clone())
+            seen.append(ids.clone().tolist())
             return super().forward(ids, offsets, *args, **kwargs)
 
-    tables = [MiniTable("a", rows=300, dim=4, pooling=3), MiniTable("b", rows=500, dim=4, pooling=2, zipf=1.05)]
-    plan = {"a": ("table_wise", (0,)), "b": ("table_wise", (0,))}
-    monkeypatch.setattr(miniature, "_draw", slow_draw)
-    monkeypatch.setattr(torch.nn, "EmbeddingBag", RecordingBag)
-    threads, queue = torch.get_num_threads(), _Queue()
+    miniature._draw = slow_draw
+    torch.nn.EmbeddingBag = RecordingBag
+    queue = _Queue()
     try:
-        miniature._worker(0, 1, miniature._free_port(), tables, [plan], 16, 3, 1, 7, queue)
+        miniature._worker(0, 1, miniature._free_port(), PROBE_TABLES, [PROBE_PLAN], 16, 3, 1, 7, queue)
     finally:
-        torch.set_num_threads(threads)
         if dist.is_initialized():
             dist.destroy_process_group()
-    assert drawn == 4 * len(tables)  # a batch per table for each of the 4 rounds (1 warm-up + 3 timed)
-    monkeypatch.setattr(miniature, "_draw", real_draw)
+    _, _, phases = queue.items[0]
+    return {"drawn": drawn, "seen": seen, "shape": list(phases.shape),
+            "longest_step_s": float(phases.sum(axis=-1).max()), "burn_s": burn_s}
+
+
+PROBE_TABLES = [MiniTable("a", rows=300, dim=4, pooling=3), MiniTable("b", rows=500, dim=4, pooling=2, zipf=1.05)]
+PROBE_PLAN = {"a": ("table_wise", (0,)), "b": ("table_wise", (0,))}
+
+
+def test_each_timed_step_looks_up_its_rounds_batch_drawn_outside_the_timed_region():
+    code = ("import json, tests.costmodel.recsys.test_sharding_benchmark as t; "
+            "print(json.dumps(t._timed_steps_probe()))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    tables = PROBE_TABLES
+    assert result["drawn"] == 4 * len(tables)  # a batch per table for each of the 4 rounds (1 warm-up + 3 timed)
     expected = draw_rounds(tables, 16, 4, 7, slice(0, 16))
+    seen = [np.array(ids) for ids in result["seen"]]
     assert len(seen) == 4 * len(tables)  # rounds in order, tables in order
     for index, ids in enumerate(seen):
-        assert np.array_equal(ids.numpy(), expected[index // 2][tables[index % 2].name].ravel())
-    assert not torch.equal(seen[0], seen[2])
-    _, _, phases = queue.items[0]
-    assert phases.shape == (1, 3, len(miniature.PHASES))
-    assert phases.sum(axis=-1).max() < burn_s
+        assert np.array_equal(ids, expected[index // 2][tables[index % 2].name].ravel())
+    assert not np.array_equal(seen[0], seen[2])
+    assert result["shape"] == [1, 3, len(miniature.PHASES)]
+    assert result["longest_step_s"] < result["burn_s"]
