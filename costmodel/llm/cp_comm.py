@@ -46,7 +46,7 @@ with ``all_gather`` or ``a2a``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from costmodel.analytic import key_length_time_factor
+from costmodel.llm.decompose import ring_step_kernels
 from costmodel.llm.messages import BF16, rank_tokens
 from costmodel.ops import Op, memory_op
 from costmodel.llm.recompute import attention_recompute_fraction, recompute_policy
@@ -139,10 +139,8 @@ def _p2p_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, for
     total = 0.0
     for family, forward in (("attention_fwd", True), ("attention_bwd", False)):
         diagonal = _seconds(timer, _attention(family, b, 2 * half, heads, kv, hd, vhd, True))  # type: ignore[arg-type]
-        # half the ranks' steps run 2c queries over c keys, the others c queries over 2c keys (decompose)
-        wide = _seconds(timer, _attention(family, 2 * b, half, heads, kv, hd, vhd, False))  # type: ignore[arg-type]
-        long = _seconds(timer, _attention(family, b, half, heads, kv, hd, vhd, False))  # type: ignore[arg-type]
-        off = 0.5 * (wide + 2.0 * key_length_time_factor(half, 2 * half) * long)
+        off = sum(kernels * _seconds(timer, _attention(family, multiple * b, half, heads, kv, hd, vhd, False))  # type: ignore[arg-type]
+                  for multiple, kernels in ring_step_kernels(half))
         steps = [diagonal] + [off] * (cp - 1)
         if forward:
             comms = [send] * (cp - 1) + [0.0]

@@ -149,11 +149,18 @@ def _ring_attention_chunks(x: LayerShape, name: str) -> list[Op]:
     causal work.
     """
     chunk = max(1, x.seq // (2 * x.cp))
-    steps = (x.cp - 1) / 2.0
-    long_keys = key_length_time_factor(chunk, 2 * chunk)
+    (wide_batch, wide), (long_batch, long) = ring_step_kernels(chunk)
+    steps = x.cp - 1
     return (_attention_kernels(x, name, 2 * chunk, True, x.batch, 1.0)
-            + _attention_kernels(x, f"{name}_ring", chunk, False, 2 * x.batch, steps)
-            + _attention_kernels(x, f"{name}_ring_keys", chunk, False, x.batch, 2.0 * steps * long_keys))
+            + _attention_kernels(x, f"{name}_ring", chunk, False, wide_batch * x.batch, steps * wide)
+            + _attention_kernels(x, f"{name}_ring_keys", chunk, False, long_batch * x.batch, steps * long))
+
+
+def ring_step_kernels(chunk: int) -> tuple[tuple[int, float], tuple[int, float]]:
+    """An average off-diagonal ``p2p`` ring step as ``(batch multiple, kernels)`` of non-causal ``chunk``
+    squares: half the ranks' steps one 2c x c kernel (batch 2b at c), the others c x 2c, two c-squares'
+    work looping over twice the keys (``_ring_attention_chunks``; ``cp_comm`` times its steps by it)."""
+    return (2, 0.5), (1, 0.5 * 2.0 * key_length_time_factor(chunk, 2 * chunk))
 
 
 def _gathered_attention_chunks(x: LayerShape, name: str) -> list[Op]:
