@@ -163,7 +163,10 @@ def _issuer_and_waiter(graph: Graph, node: Node) -> tuple[int | None, int | None
 def transfer_of_matched(graph: Graph) -> None:
     """Each collective matched across ranks (group, name, sequence) lasts its transfer: from the last rank's
     recorded arrival to the first recorded end. The ranks of a CPU trace share one host's clock, so this is
-    exact; the rest of each rank's span was waiting for the slowest peer, which the replay now derives."""
+    exact. Before the last arrival a rank's span was waiting for the slowest peer, which the replay now
+    derives; after the first end it was the rank's own (its wake-up, or a preemption after the data had
+    arrived): that part is its ``tail``, which the replay adds after the transfer and no edit of the
+    transfer scales."""
     groups: dict[tuple[int, str, int], list[Node]] = {}
     for node in graph.nodes:
         if node.collective is not None and node.kind == "cpu":
@@ -171,6 +174,8 @@ def transfer_of_matched(graph: Graph) -> None:
     for members in groups.values():
         if len({n.rank for n in members}) != len(members) or len(members) < 2:
             continue
-        transfer = max(0.0, min(n.start + n.dur for n in members) - max(n.start for n in members))
+        first_end = min(n.start + n.dur for n in members)
+        transfer = max(0.0, first_end - max(n.start for n in members))
         for node in members:
+            node.tail = node.start + node.dur - first_end
             node.dur = transfer

@@ -87,7 +87,8 @@ class Node:
     latency: float | None = None  # GPU: launch-to-start delay (as recorded when launched onto an idle stream)
     launch_bound: bool = False  # GPU: launched onto an idle stream in the recording
     waits: list[int] = field(default_factory=list)  # GPU: cross-stream; CPU: host-synchronised GPU ops
-    tail: float = 0.0  # CPU sync: recorded time from the end of the waited work to the call's return
+    tail: float = 0.0  # CPU sync: recorded time from the end of the waited work to the call's return; a CPU
+    # trace's matched collective: from the first rank's end of the transfer to its own
     collective: tuple[int, str, int] | None = None  # (group size, name, sequence) of an NCCL kernel
     correlation: object = None  # the runtime call's correlation id (GPU: its launch's)
     elements: int = 0  # CPU-only traces: elements of the operator's largest operand (record_shapes)

@@ -12,7 +12,8 @@ Rules (Lumos, arXiv 2504.09307, section 4):
   together, when the last rank is ready, and last the shortest recorded duration among them (the
   rest of a longer one was waiting for a peer: the transfer is what the last rank to arrive saw);
   CPU ranks, which share one host's clock, last from the last recorded arrival to the first
-  recorded end;
+  recorded end, and each then its own recorded time after that end (its ``tail``: a wake-up, or a
+  preemption once the data had arrived);
 - a worker thread's collective on a CPU trace starts its recorded latency after the ``c10d::``
   call that issued it, and the operator that waited for it ends its recorded tail after it.
 """
@@ -208,7 +209,7 @@ def _release(nodes: list[Node], members: list[int], start: np.ndarray, end: np.n
         if member != latest and start[member] < start[latest]:
             bound_by[member], reason[member] = latest, PEER
         start[member] = start[latest]
-        end[member] = start[latest] + duration
+        end[member] = start[latest] + duration + nodes[member].tail  # tail: a CPU rank's own time after it
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

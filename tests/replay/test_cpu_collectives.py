@@ -20,9 +20,11 @@ def _op(name, ts, dur, tid=1, cat="cpu_op", dims=None):
             "args": {"Input Dims": dims} if dims is not None else {}}
 
 
-def _rank_events(compute_us: float, arrive_us: float, transfer_end_us: float, steps: int = 2) -> list[dict]:
+def _rank_events(compute_us: float, arrive_us: float, transfer_end_us: float, steps: int = 2,
+                 late_us: float = 0.0) -> list[dict]:
     """``steps`` steps: compute, a cat into the bucket, c10d::allreduce_ queuing gloo:all_reduce on worker
-    thread 2 (from ``arrive_us`` after the issue to the common ``transfer_end_us``), then the div_ that waited."""
+    thread 2 (from ``arrive_us`` after the issue to the common ``transfer_end_us``, and ``late_us`` beyond it:
+    the rank preempted after the data arrived), then the div_ that waited."""
     events, t = [], 0.0
     for step in range(steps):
         begin = t
@@ -31,9 +33,10 @@ def _rank_events(compute_us: float, arrive_us: float, transfer_end_us: float, st
         events.append(_op("aten::cat", t + 2, 10, dims=[[[BUCKET // 2], [BUCKET // 2]], []]))
         issue = t + 14
         events.append(_op("c10d::allreduce_", issue, 20, dims=[[BUCKET]]))
-        events.append(_op("gloo:all_reduce", issue + arrive_us, begin + transfer_end_us - issue - arrive_us, tid=2,
-                          cat="user_annotation", dims=[[BUCKET]]))
-        done = begin + transfer_end_us
+        events.append(_op("gloo:all_reduce", issue + arrive_us,
+                          begin + transfer_end_us + late_us - issue - arrive_us, tid=2, cat="user_annotation",
+                          dims=[[BUCKET]]))
+        done = begin + transfer_end_us + late_us
         events.append(_op("aten::div_", done + 3, 7, dims=[[BUCKET], []]))
         t = done + 12
         events.append(_op(f"ProfilerStep#{step + 1}", begin, t - begin, cat="user_annotation"))
@@ -70,6 +73,21 @@ def test_matched_cpu_ranks_separate_the_wait_from_the_transfer(tmp_path):
     transfer = 800.0 - (5 + 500 + 14 + 5)  # from rank 1's arrival to the common end
     faster = [it for it in simulate(apply_what_if(graph, parse_what_if("network=2"))).iterations if it.rank == 0]
     assert base[0].replayed_s - faster[0].replayed_s == pytest.approx(transfer / 2 * 1e-6, abs=1e-9)
+
+
+def test_a_rank_late_after_the_transfer_keeps_its_own_delay(tmp_path):
+    """Rank 1's collective ends 300 us after rank 0's (preempted once the data had arrived): the replay
+    keeps that delay on rank 1 alone (both ranks' steps as recorded, where ending every rank at the first
+    end took 300 us off rank 1's step and, through its earlier arrival, off the next steps of a real
+    trace), and a faster network halves the transfer, not the delay."""
+    graph = _graph(tmp_path, [_rank_events(300.0, 5.0, 800.0, steps=1),
+                              _rank_events(500.0, 5.0, 800.0, steps=1, late_us=300.0)])
+    base = simulate(graph).iterations
+    assert [it.rank for it in base] == [0, 1] and all(abs(it.error) < 1e-9 for it in base), base
+    transfer = 800.0 - (5 + 500 + 14 + 5)  # from rank 1's arrival to rank 0's end
+    faster = simulate(apply_what_if(graph, parse_what_if("network=2"))).iterations
+    assert [b.replayed_s - f.replayed_s for b, f in zip(base, faster)] == pytest.approx([transfer / 2 * 1e-6] * 2,
+                                                                                       abs=1e-9)
 
 
 def test_more_ranks_than_cores_time_slice_every_operator(tmp_path):

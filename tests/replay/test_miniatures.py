@@ -138,16 +138,16 @@ def two_ranks(tmp_path_factory):
 
 def test_gloo_ranks_are_linked_matched_and_replayed(two_ranks):
     """The worker-thread gloo:all_reduce of each step is issued by c10d::allreduce_ and waited for by the main
-    thread; matched across the two ranks it lasts its transfer, and the replay still gives each step's length."""
+    thread; matched across the two ranks it lasts its transfer, and each rank then its own time after the
+    first end (a rank preempted once the data had arrived), so the replay gives every step of both ranks
+    as measured, however loaded the host was (1e-6: the float resolution of ~5e12 us stamps over a step)."""
     graph = two_ranks
     collectives = [n for n in graph.nodes if n.name == "gloo:all_reduce"]
     assert collectives and not graph.unplaced
     assert all(graph.nodes[n.launch].name == "c10d::allreduce_" for n in collectives)
-    steps = [it for it in simulate(graph).iterations if it.rank == 0]
-    # Per step the replay can move (a rank preempted in one step now waits in the next); over the window the
-    # collectives' ends, which are recorded, hold it to the measured total.
-    replayed, measured = sum(it.replayed_s for it in steps), sum(it.measured_s for it in steps)
-    assert len(steps) >= 4 and replayed == pytest.approx(measured, rel=0.10)
+    steps = simulate(graph).iterations
+    assert len(steps) >= 8 and {it.rank for it in steps} == {0, 1}
+    assert max(abs(it.error) for it in steps) < 1e-6, [f"{it.rank} {it.error:+.2e}" for it in steps]
 
 
 def _window(graph):
