@@ -59,6 +59,10 @@ NOTE_FA2_LEVEL = ("attention: the built-in table's causal prefill kernel brought
                   "the training kernel by sequence length (FlashAttention-2 on A100, with its measured batch x heads "
                   "dependence; cuDNN fused attention on H100) (costmodel.analytic.FA2_LEVEL_DEVICES, "
                   "FA2_PARALLELISM_PAIRS)")
+NOTE_GQA_AS_MHA = ("attention: grouped-query shapes timed at their multi-head shape (kv heads = query heads), the "
+                   "shape the built-in table was brought to the training kernel's published level at; the "
+                   "inference table's gain from grouping is not the training kernel's "
+                   "(costmodel.timing.OperatorTimer._gqa_as_multi_head)")
 # GPUSpec attributes a profile's measured times depend on (the ones a what-if scales them by).
 _MEASURED_FIGURES = ("peak_flops", "hbm_bandwidth_bytes_per_s", "intra_node_bandwidth_bytes_per_s",
                      "intra_node_latency_s")
@@ -245,6 +249,31 @@ class OperatorTimer:
             self._fa2_level.append(factors)
         return self._fa2_level[0]
 
+    def _gqa_as_multi_head(self) -> bool:
+        """Whether grouped-query attention is timed at its multi-head shape: on the built-in tables
+        brought to a training kernel's published level (``FA2_LEVEL_DEVICES``: A100, H100).
+
+        Those tables hold inference prefill kernels, and they time grouped-query attention (fewer KV
+        than query heads) well ahead of multi-head attention of the same query heads, most at short
+        sequences: on the H100 table, 64 query heads over 8 KV heads run 44% faster than over 64 at
+        1k tokens, 15% at 8k, 6% at 16k (causal forward, 16k tokens, head dim 128). The level factors
+        bring the table's multi-head shapes to the training kernel's published multi-head throughput;
+        carried over to grouped shapes they put the training kernel past its published ceilings: on
+        H100 a causal forward of 728 TFLOP/s at 1k (FlashAttention-3's best published causal figure is
+        616 at 16k, arXiv 2407.08608 Fig. 5; cuDNN's 410 at 1k), on A100 204 at 2k (FlashAttention-2's
+        README: 155 causal at 2k, 203 non-causal at 16k, its highest). Training kernels do the same
+        FLOPs per query head whatever the grouping: FlashAttention-2 and cuDNN fused attention run one
+        thread block per (batch, query head, query tile), reading its group's K/V
+        (Dao-AILab/flash-attention csrc/flash_attn/src/flash_fwd_kernel.h: the K/V head is
+        ``bidh / h_h_k_ratio``), so grouping lowers only K/V traffic, which does not bound a kernel of
+        >= 1k keys at head dim 128. On these devices attention is therefore timed at the multi-head
+        shape (KV heads = query heads), the shape the level was set at. The tables of newer GPUs
+        (H200, B200, GB200, ...) have no published training-kernel level here and stay as they are
+        (their grouped shapes stay within FlashAttention-4's published B200 throughput); a user's
+        profile, measured with training kernels, is read at the shapes it measured.
+        """
+        return self._attention_level() is not None
+
     @staticmethod
     def _key(op: Op) -> tuple[Any, ...]:
         """Every input that determines ``op``'s memo entry (seconds, source and notes), nothing else.
@@ -381,6 +410,10 @@ class OperatorTimer:
             return
         assert self.predictors is not None
         shapes = np.array([op.shape[:5] for op in ops], dtype=float)
+        grouped = np.zeros(len(ops), dtype=bool)
+        if self._gqa_as_multi_head():
+            grouped = shapes[:, 3] < shapes[:, 2]
+            shapes[:, 3] = np.maximum(shapes[:, 3], shapes[:, 2])  # GQA at its multi-head shape (see above)
         # Head dims between the sampled ones are the table predictor's; outside them (an A100 table
         # holds head dim 128 alone) the op is timed at the nearest sampled head dim and converted with
         # the FlashAttention-2 per-head-dim efficiency, never extrapolated by the regressor.
@@ -393,7 +426,7 @@ class OperatorTimer:
         split = self._attention_splits(shapes, in_range)
         level = self._attention_level()
         for index, (op, sec, ok, d, d_ref) in enumerate(zip(ops, seconds, in_range, head_dim, shapes[:, 4])):
-            notes: tuple[str, ...] = ()
+            notes: tuple[str, ...] = (NOTE_GQA_AS_MHA,) if grouped[index] else ()
             pairs = op.shape[0] * op.shape[2]  # (batch, head) pairs of what the table timed
             if not ok and index in split:
                 sec, piece_note, pairs = split[index]
