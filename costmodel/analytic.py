@@ -121,28 +121,51 @@ _FA2_A100_CAUSAL = (99, 133, 155, 173, 182, 189)
 _FA2_A100_FULL = (151, 173, 187, 196, 201, 203)
 
 
-def noncausal_time_factor(seq: int) -> float:
-    """Non-causal / causal attention time at the same shape: twice the FLOPs at a higher efficiency."""
-    x = np.log2(np.clip(seq, _FA2_A100_SEQ[0], _FA2_A100_SEQ[-1]))
-    ratio = np.interp(x, np.log2(_FA2_A100_SEQ), np.array(_FA2_A100_CAUSAL) / np.array(_FA2_A100_FULL))
+# The same pair of curves for the kernel the H100 built-in table is brought to (``FA2_LEVEL_DEVICES``):
+# cuDNN fused attention's causal and non-causal forward TFLOP/s on H100, head dim 128, 16 heads, batch
+# 16k / seq -- the FA2 README's constant-token design -- from the FlashAttention-3 paper (arXiv 2407.08608,
+# Fig. 5; docs/hardware_and_formulas.md section 4c). Forward figures: the paper has no cuDNN backward.
+_CUDNN_H100_FULL = (497, 574, 617, 609, 600, 595)
+ATTENTION_SHAPE_CURVES: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {
+    "h100-sxm5-80gb": (_FA2_A100_SEQ, (315, 410, 484, 518, 529, 539), _CUDNN_H100_FULL),
+}
+"""Per GPU, (sequence lengths, causal, non-causal forward TFLOP/s) of its training kernel at a constant 16k
+tokens: the causal / non-causal and key-length shape factors below read the run's GPU's curves for its
+forward kernels. Backward kernels, and every GPU not listed, take FlashAttention-2's A100 README curves
+(``_FA2_A100_*``, forward + backward figures): no backward curve of cuDNN is published in these sources."""
+
+
+def _shape_curves(device: str | None) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    return ATTENTION_SHAPE_CURVES.get(device or "", (_FA2_A100_SEQ, _FA2_A100_CAUSAL, _FA2_A100_FULL))
+
+
+def noncausal_time_factor(seq: int, device: str | None = None) -> float:
+    """Non-causal / causal attention time at the same shape: twice the FLOPs at a higher efficiency
+    (the ratio of ``device``'s published curves, ``ATTENTION_SHAPE_CURVES``)."""
+    seqs, causal, full = _shape_curves(device)
+    x = np.log2(np.clip(seq, seqs[0], seqs[-1]))
+    ratio = np.interp(x, np.log2(seqs), np.array(causal) / np.array(full))
     return float(2.0 * ratio)
 
 
-def key_length_time_factor(queries: int, keys: int) -> float:
+def key_length_time_factor(queries: int, keys: int, device: str | None = None) -> float:
     """Time of a non-causal attention kernel of ``queries`` x ``keys`` against ``keys / queries`` square
     ``queries`` x ``queries`` kernels of the same batch and heads (1 for ``keys <= queries``).
 
     Both launch the same thread blocks (one per query tile and head); the longer kernel loops each
     over more keys, so its per-block fixed work (loading the query tile, the output's final scaling
-    and store) is amortised over more. The FlashAttention README's A100 non-causal figures isolate
-    that: batch x seq is held at 16k tokens, so every sequence length runs the same number of
-    blocks and only the keys per block change (``_FA2_A100_FULL``: 151 TFLOP/s at 512 keys, 196 at
-    4k, 203 at 16k). The factor is the ratio of those throughputs, held beyond 16k.
+    and store) is amortised over more. The published non-causal figures isolate that: batch x seq
+    is held at 16k tokens, so every sequence length runs the same number of blocks and only the
+    keys per block change. The factor is the ratio of those throughputs, held beyond 16k: on A100
+    (FlashAttention-2: 151 TFLOP/s at 512 keys, 196 at 4k, 203 at 16k) longer loops gain up to 26%;
+    on H100 (cuDNN, ``ATTENTION_SHAPE_CURVES``: 497, 617 at 2k, 595 at 16k) they gain up to 2k keys
+    and lose 4% beyond it.
     """
     if keys <= queries:
         return 1.0
-    x = np.log2(np.clip([queries, keys], _FA2_A100_SEQ[0], _FA2_A100_SEQ[-1]))
-    tflops = np.interp(x, np.log2(_FA2_A100_SEQ), _FA2_A100_FULL)
+    seqs, _, full = _shape_curves(device)
+    x = np.log2(np.clip([queries, keys], seqs[0], seqs[-1]))
+    tflops = np.interp(x, np.log2(seqs), full)
     return float(tflops[0] / tflops[1])
 
 
@@ -173,9 +196,7 @@ FA2_LEVEL_DEVICES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 # 16 heads (FlashAttention-3 paper, arXiv 2407.08608, Fig. 5 as Dao-AILab/flash-attention
 # assets/flash3_fp16_fwd.png; docs/hardware_and_formulas.md section 4c): the faster of the two
 # training kernels, so runs on SDPA stay a lower bound.
-_CUDNN_H100_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
-_CUDNN_H100_CAUSAL = (315, 410, 484, 518, 529, 539)
-FA2_LEVEL_DEVICES["h100-sxm5-80gb"] = (_CUDNN_H100_SEQ, _CUDNN_H100_CAUSAL)
+FA2_LEVEL_DEVICES["h100-sxm5-80gb"] = ATTENTION_SHAPE_CURVES["h100-sxm5-80gb"][:2]
 FA2_LEVEL_HEADS = 16
 FA2_LEVEL_HEAD_DIM = 128
 FA2_LEVEL_TOKENS = 16384

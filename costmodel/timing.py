@@ -448,7 +448,8 @@ class OperatorTimer:
                 sec = sec * attention_head_dim_time_factor(d, d_ref)
             if len(op.shape) > 5 and op.shape[5] == 0:
                 notes += (NOTE_NONCAUSAL,)
-                sec = sec * noncausal_time_factor(op.shape[1])
+                # the GPU's forward curves for a forward kernel (costmodel.analytic.ATTENTION_SHAPE_CURVES)
+                sec = sec * noncausal_time_factor(op.shape[1], self.gpu.name if op.family == "attention_fwd" else None)
             if op.family == "attention_bwd":
                 notes += (NOTE_ATTENTION_BWD,)
                 sec = sec * attention_backward_ratio(op.shape[1], op.shape[4])

@@ -140,7 +140,7 @@ def _p2p_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, for
     for family, forward in (("attention_fwd", True), ("attention_bwd", False)):
         diagonal = _seconds(timer, _attention(family, b, 2 * half, heads, kv, hd, vhd, True))  # type: ignore[arg-type]
         off = sum(kernels * _seconds(timer, _attention(family, multiple * b, half, heads, kv, hd, vhd, False))  # type: ignore[arg-type]
-                  for multiple, kernels in ring_step_kernels(half))
+                  for multiple, kernels in ring_step_kernels(half, run.cluster.gpu.name if forward else None))
         steps = [diagonal] + [off] * (cp - 1)
         if forward:
             comms = [send] * (cp - 1) + [0.0]

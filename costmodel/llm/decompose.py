@@ -21,6 +21,8 @@ MTP layers run on the last stage after the LM head's input.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import math
 from dataclasses import dataclass, replace
 
@@ -134,7 +136,7 @@ def _attention_kernels(x: LayerShape, name: str, seq: int, causal: bool, batch: 
             Op(f"{name}.bwd", "attention_bwd", "bwd", shape, 2 * fwd, 2 * moved, "bf16", count)]
 
 
-def _ring_attention_chunks(x: LayerShape, name: str) -> list[Op]:
+def _ring_attention_chunks(x: LayerShape, name: str, gpu: str | None = None) -> list[Op]:
     """Causal attention of one rank of the load-balanced ``p2p`` context-parallel ring, as its kernels.
 
     The sequence is cut into 2 x cp chunks of c tokens and rank r holds chunks r and 2cp-1-r.
@@ -146,24 +148,24 @@ def _ring_attention_chunks(x: LayerShape, name: str) -> list[Op]:
     (c x 2c: the blocks of c queries, each looping over 2c keys, ``key_length_time_factor``). Over
     the ranks, half of the cp - 1 steps are of each kind. Each kernel therefore runs at the
     efficiency of its own, smaller shape, not of the whole sequence's. Together they do 1/cp of the
-    causal work.
+    causal work. ``gpu``: whose published kernel curves give the key-length factor.
     """
     chunk = max(1, x.seq // (2 * x.cp))
-    (wide_batch, wide), (long_batch, long) = ring_step_kernels(chunk)
+    (wide_batch, wide), (long_batch, long) = ring_step_kernels(chunk, gpu)
     steps = x.cp - 1
     return (_attention_kernels(x, name, 2 * chunk, True, x.batch, 1.0)
             + _attention_kernels(x, f"{name}_ring", chunk, False, wide_batch * x.batch, steps * wide)
             + _attention_kernels(x, f"{name}_ring_keys", chunk, False, long_batch * x.batch, steps * long))
 
 
-def ring_step_kernels(chunk: int) -> tuple[tuple[int, float], tuple[int, float]]:
+def ring_step_kernels(chunk: int, gpu: str | None = None) -> tuple[tuple[int, float], tuple[int, float]]:
     """An average off-diagonal ``p2p`` ring step as ``(batch multiple, kernels)`` of non-causal ``chunk``
     squares: half the ranks' steps one 2c x c kernel (batch 2b at c), the others c x 2c, two c-squares'
     work looping over twice the keys (``_ring_attention_chunks``; ``cp_comm`` times its steps by it)."""
-    return (2, 0.5), (1, 0.5 * 2.0 * key_length_time_factor(chunk, 2 * chunk))
+    return (2, 0.5), (1, 0.5 * 2.0 * key_length_time_factor(chunk, 2 * chunk, gpu))
 
 
-def _gathered_attention_chunks(x: LayerShape, name: str) -> list[Op]:
+def _gathered_attention_chunks(x: LayerShape, name: str, gpu: str | None = None) -> list[Op]:
     """Causal attention of one rank of ``all_gather`` context parallelism, as its kernels.
 
     Transformer Engine's ``AttnFuncWithCPAndKVAllGather`` (context_parallel.py @d0067d0d) runs, for
@@ -177,7 +179,7 @@ def _gathered_attention_chunks(x: LayerShape, name: str) -> list[Op]:
     chunk = max(1, x.seq // (2 * x.cp))
     full = causal = 0.0
     for j in range(2 * x.cp):
-        factor = key_length_time_factor(chunk, (j + 1) * chunk) / x.cp
+        factor = key_length_time_factor(chunk, (j + 1) * chunk, gpu) / x.cp
         full += j * factor
         causal += factor
     return (_attention_kernels(x, name, chunk, True, x.batch, causal)
@@ -185,7 +187,7 @@ def _gathered_attention_chunks(x: LayerShape, name: str) -> list[Op]:
 
 
 def _attention_core(x: LayerShape, strategy: Strategy, name: str = "attention", dropout: bool = False,
-                    windowed: bool = False) -> list[Op]:
+                    windowed: bool = False, gpu: str | None = None) -> list[Op]:
     """Causal self-attention on this GPU's heads; with cp the GPU does 1/cp of the causal work
     (the ``p2p`` ring as its per-step kernels, ``_ring_attention_chunks``).
 
@@ -196,7 +198,7 @@ def _attention_core(x: LayerShape, strategy: Strategy, name: str = "attention", 
     mask, and its backward reads the gradient and the mask and writes the gradient.
     """
     if strategy.flash_attention:
-        fused = _flash_attention_core(x, strategy, name, windowed)
+        fused = _flash_attention_core(x, strategy, name, windowed, gpu)
         return [slower(op, 1 / FUSED_ATTENTION_DROPOUT_COST) for op in fused] if dropout else fused
     # Unfused (Megatron's baddbmm + masked softmax + bmm): the full score matrix is computed.
     sq = x.seq // x.cp
@@ -227,14 +229,22 @@ def _fused_masked_softmax(x: LayerShape, sq: int, attn_batches: int) -> bool:
     return 16 < sk <= MASKED_SOFTMAX_MAX_KEYS and sq % 4 == 0 and sk % 4 == 0 and attn_batches % 4 == 0
 
 
-def _flash_attention_core(x: LayerShape, strategy: Strategy, name: str, windowed: bool = False) -> list[Op]:
+def _flash_attention_core(x: LayerShape, strategy: Strategy, name: str, windowed: bool = False,
+                          gpu: str | None = None) -> list[Op]:
     """The fused attention kernels of ``_attention_core``: the ``p2p`` ring's steps, ``all_gather``'s
     per-chunk kernels (full-attention layers), else the whole sequence's causal kernel over 1/cp."""
     if x.cp > 1 and strategy.cp_comm_type == "p2p":
-        return _ring_attention_chunks(x, name)
+        return _by_pass(lambda curves: _ring_attention_chunks(x, name, curves), gpu)
     if x.cp > 1 and strategy.cp_comm_type == "all_gather" and not windowed:
-        return _gathered_attention_chunks(x, name)
+        return _by_pass(lambda curves: _gathered_attention_chunks(x, name, curves), gpu)
     return _attention_kernels(x, name, x.seq, True, x.batch, 1.0 / x.cp)
+
+
+def _by_pass(build: Callable[[str | None], list[Op]], gpu: str | None) -> list[Op]:
+    """``build``'s forward kernels with ``gpu``'s published curves and its backward kernels with the default
+    ones: ``ATTENTION_SHAPE_CURVES`` are forward figures (``costmodel.analytic``)."""
+    forward, backward = build(gpu), build(None)
+    return [fwd if fwd.family == "attention_fwd" else bwd for fwd, bwd in zip(forward, backward)]
 
 
 def _batched_linear(name: str, x: LayerShape, n: int, k: int, m: int, batch: int) -> list[Op]:
@@ -252,15 +262,15 @@ def _batched_linear(name: str, x: LayerShape, n: int, k: int, m: int, batch: int
             gemm(f"{name}.wgrad", "bwd", batch * n, k, m, x.dtype, 1.0, bpe)]
 
 
-def _attention_cores(x: LayerShape, model: ModelSpec, strategy: Strategy) -> list[Op]:
+def _attention_cores(x: LayerShape, model: ModelSpec, strategy: Strategy, gpu: str | None = None) -> list[Op]:
     """The average layer's attention: full layers' and sliding-window layers' cores, weighted."""
     full = model.num_full_attention_layers / model.num_layers
-    ops = [_scaled(op, full) for op in _attention_core(x, strategy, dropout=model.dropout)] if full else []
+    ops = [_scaled(op, full) for op in _attention_core(x, strategy, dropout=model.dropout, gpu=gpu)] if full else []
     block = model.window_block(x.seq)
     if full < 1:
         blocks = replace(x, seq=block, batch=x.batch * x.seq // block)
         ops += [_scaled(op, 1 - full) for op in _attention_core(blocks, strategy, "attention_window", model.dropout,
-                                                                   windowed=True)]
+                                                                   windowed=True, gpu=gpu)]
     return ops
 
 
@@ -395,7 +405,7 @@ def shared_expert_ops(x: LayerShape, model: ModelSpec) -> list[Op]:
 def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool = False,
               policy: str | None = None, rope_fused: bool = True, expert_fused: bool = True,
               flex_attention: bool = False, flex_device: str | None = None,
-              fa2_device: str | None = None) -> list[Op]:
+              fa2_device: str | None = None, gpu: str | None = None) -> list[Op]:
     """Operators of one transformer layer for one micro-batch on one GPU (fwd, bwd, recompute).
 
     ``policy`` is the run's recomputation policy (``costmodel.llm.recompute.recompute_policy``);
@@ -405,7 +415,8 @@ def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool =
     framework's ``attention_kernel`` is ``flex`` (``costmodel.llm.flex_attention``), timed against
     FlashAttention-2's forward and backward shares of the table of GPU ``flex_device``.
     ``fa2_device``: the framework's ``attention_kernel`` is ``fa2``, on this GPU's table
-    (``costmodel.llm.fa2_attention``).
+    (``costmodel.llm.fa2_attention``). ``gpu``: the run's GPU, whose published attention-kernel curves
+    give the context-parallel chunks' key-length factors (``costmodel.analytic.ATTENTION_SHAPE_CURVES``).
     """
     if policy is None:
         policy = "megatron" if strategy.recompute == "selective" else strategy.recompute
@@ -418,7 +429,7 @@ def layer_ops(model: ModelSpec, strategy: Strategy, seq_length: int, moe: bool =
         ops += _elementwise("rope_fused" if rope_fused else "rope", _rope_elements(x, model), 1, 1, 1, 1)
         if model.is_mla and not rope_fused:
             ops += _mla_concat_copies(x, model)
-    core = _attention_cores(x, model, strategy)
+    core = _attention_cores(x, model, strategy, gpu)
     if flex_attention:
         core = flex_attention_ops(core, model.sliding_window, model.attention_sinks, x.tokens * x.o_width,
                                   flex_device, {"q": x.tokens * x.q_width, "k": x.tokens * x.kv_width,
@@ -533,20 +544,22 @@ def fa2_device(run: RunSpec) -> str | None:
     return run.cluster.gpu.name if run.framework.attention_kernel == "fa2" else None
 
 
+def run_layer_ops(run: RunSpec, moe: bool) -> list[Op]:
+    """One layer's operators as ``run``'s framework and GPU run them (``layer_ops`` with the run's settings)."""
+    return layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run),
+                     rope_fused=run.framework.rope_fusion, expert_fused=run.framework.moe_expert_fusion,
+                     flex_attention=run.framework.attention_kernel == "flex", flex_device=run.cluster.gpu.name,
+                     fa2_device=fa2_device(run), gpu=run.cluster.gpu.name)
+
+
 def stage_ops(run: RunSpec, stage: int) -> list[Op]:
     """Every operator one GPU of pipeline ``stage`` runs per micro-batch (counts include its layers)."""
     model, s, seq = run.model, run.strategy, run.seq_length
     dense, moe = stage_layer_counts(model, s, stage)
-    policy = recompute_policy(run)
     ops: list[Op] = []
     for layers, is_moe in ((dense, False), (moe, True)):
         if layers:
-            ops += [_scaled(op, layers) for op in layer_ops(model, s, seq, moe=is_moe, policy=policy,
-                                                             rope_fused=run.framework.rope_fusion,
-                                                             expert_fused=run.framework.moe_expert_fusion,
-                                                             flex_attention=run.framework.attention_kernel == "flex",
-                                                             flex_device=run.cluster.gpu.name,
-                                                             fa2_device=fa2_device(run))]
+            ops += [_scaled(op, layers) for op in run_layer_ops(run, is_moe)]
     layout = layout_of(model, s)  # the embedding, MTP layers and loss where the pipeline layout puts them
     if layout.count(stage, EMBEDDING):
         ops += embedding_ops(model, s, seq)

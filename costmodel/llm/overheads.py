@@ -22,8 +22,7 @@ from __future__ import annotations
 from statistics import NormalDist
 
 from costmodel.llm.compute import layer_ops_key
-from costmodel.llm.decompose import fa2_device, layer_ops
-from costmodel.llm.recompute import recompute_policy
+from costmodel.llm.decompose import run_layer_ops
 from costmodel.ops import Op
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
@@ -59,11 +58,7 @@ def launch_exposed_s(kernels: float, gpu_s: float, launch_s: float = LAUNCH_S_PE
 
 def _layer_ops(run: RunSpec, moe: bool) -> list[Op]:
     """One layer's operators as ``costmodel.llm.decompose.stage_ops`` builds them for ``run``'s framework."""
-    return layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run),
-                     rope_fused=run.framework.rope_fusion, expert_fused=run.framework.moe_expert_fusion,
-                     flex_attention=run.framework.attention_kernel == "flex",
-                     flex_device=run.cluster.gpu.name,
-                     fa2_device=fa2_device(run))
+    return run_layer_ops(run, moe)
 
 
 def kernels_per_layer(run: RunSpec, moe: bool = False) -> tuple[int, int]:

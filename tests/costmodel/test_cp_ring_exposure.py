@@ -26,7 +26,7 @@ def _step_kernels(run, timer, family: str) -> list[float]:
     diagonal = cp_comm._seconds(timer, cp_comm._attention(family, 1, 2 * half, heads, kv, m.head_dim, m.v_head_dim, True))
     wide = cp_comm._seconds(timer, cp_comm._attention(family, 2, half, heads, kv, m.head_dim, m.v_head_dim, False))
     long = cp_comm._seconds(timer, cp_comm._attention(family, 1, half, heads, kv, m.head_dim, m.v_head_dim, False))
-    off = 0.5 * (wide + 2 * key_length_time_factor(half, 2 * half) * long)  # the two kinds of step, half each
+    off = 0.5 * (wide + 2 * key_length_time_factor(half, 2 * half, run.cluster.gpu.name) * long)  # the two kinds of step, half each
     return [diagonal] + [off] * (s.cp - 1)
 
 

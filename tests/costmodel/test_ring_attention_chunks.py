@@ -30,7 +30,7 @@ def _whole_causal_flops(heads: int = 8, head_dim: int = 128) -> float:
 @pytest.mark.parametrize("cp", [2, 4, 32])
 def test_chunk_kernels_do_one_cp_th_of_the_causal_work(cp, kind, monkeypatch):
     # the key-length factor times the long-key kernels as fewer executions; without it the counts are the work
-    monkeypatch.setattr(decompose, "key_length_time_factor", lambda queries, keys: 1.0)
+    monkeypatch.setattr(decompose, "key_length_time_factor", lambda queries, keys, gpu=None: 1.0)
     forward = [op for op in _attention(cp, kind) if op.family == "attention_fwd"]
     assert sum(op.flops * op.count for op in forward) == pytest.approx(_whole_causal_flops() / cp)
 
