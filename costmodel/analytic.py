@@ -135,6 +135,12 @@ forward kernels. Backward kernels, and every GPU not listed, take FlashAttention
 (``_FA2_A100_*``, forward + backward figures): no backward curve of cuDNN is published in these sources."""
 
 
+def shape_curve_device(gpu: str | None, family: str) -> str | None:
+    """Whose ``ATTENTION_SHAPE_CURVES`` an attention kernel of ``family`` reads: ``gpu``'s for a forward
+    kernel (the curves are forward figures), the default ones (None) for a backward kernel."""
+    return gpu if family == "attention_fwd" else None
+
+
 def _shape_curves(device: str | None) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     return ATTENTION_SHAPE_CURVES.get(device or "", (_FA2_A100_SEQ, _FA2_A100_CAUSAL, _FA2_A100_FULL))
 

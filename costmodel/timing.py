@@ -35,6 +35,7 @@ from costmodel.analytic import (
     memory_kind,
     memory_op_seconds,
     noncausal_time_factor,
+    shape_curve_device,
     what_if_time_ratio,
 )
 from costmodel.comm.collectives import link_figures
@@ -448,8 +449,7 @@ class OperatorTimer:
                 sec = sec * attention_head_dim_time_factor(d, d_ref)
             if len(op.shape) > 5 and op.shape[5] == 0:
                 notes += (NOTE_NONCAUSAL,)
-                # the GPU's forward curves for a forward kernel (costmodel.analytic.ATTENTION_SHAPE_CURVES)
-                sec = sec * noncausal_time_factor(op.shape[1], self.gpu.name if op.family == "attention_fwd" else None)
+                sec = sec * noncausal_time_factor(op.shape[1], shape_curve_device(self.gpu.name, op.family))
             if op.family == "attention_bwd":
                 notes += (NOTE_ATTENTION_BWD,)
                 sec = sec * attention_backward_ratio(op.shape[1], op.shape[4])

@@ -46,6 +46,7 @@ with ``all_gather`` or ``a2a``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from costmodel.analytic import shape_curve_device
 from costmodel.llm.decompose import ring_step_kernels
 from costmodel.llm.messages import BF16, rank_tokens
 from costmodel.ops import Op, memory_op
@@ -140,7 +141,7 @@ def _p2p_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, for
     for family, forward in (("attention_fwd", True), ("attention_bwd", False)):
         diagonal = _seconds(timer, _attention(family, b, 2 * half, heads, kv, hd, vhd, True))  # type: ignore[arg-type]
         off = sum(kernels * _seconds(timer, _attention(family, multiple * b, half, heads, kv, hd, vhd, False))  # type: ignore[arg-type]
-                  for multiple, kernels in ring_step_kernels(half, run.cluster.gpu.name if forward else None))
+                  for multiple, kernels in ring_step_kernels(half, shape_curve_device(run.cluster.gpu.name, family)))
         steps = [diagonal] + [off] * (cp - 1)
         if forward:
             comms = [send] * (cp - 1) + [0.0]

@@ -21,12 +21,10 @@ MTP layers run on the last stage after the LM head's input.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import math
 from dataclasses import dataclass, replace
 
-from costmodel.analytic import key_length_time_factor
+from costmodel.analytic import key_length_time_factor, shape_curve_device
 from costmodel.llm.fa2_attention import fa2_attention_ops, slower
 from costmodel.llm.flex_attention import flex_attention_ops
 from costmodel.llm.moe import expert_rows, local_tokens, routing
@@ -127,13 +125,16 @@ def _dropout_residual(name: str, x: LayerShape, model: ModelSpec) -> list[Op]:
     return ops
 
 
-def _attention_kernels(x: LayerShape, name: str, seq: int, causal: bool, batch: int, count: float) -> list[Op]:
-    """Forward and backward of ``count`` flash-attention kernels of ``batch`` x ``seq`` queries and keys."""
+def _attention_kernels(x: LayerShape, name: str, seq: int, causal: bool, batch: int, count: float,
+                       bwd_count: float | None = None) -> list[Op]:
+    """Forward and backward of ``count`` flash-attention kernels of ``batch`` x ``seq`` queries and keys
+    (``bwd_count`` backward kernels where it differs: a key-length factor read per pass)."""
     fwd = 2.0 * batch * seq * seq * x.heads * (x.head_dim + x.v_head_dim) * (0.5 if causal else 1.0)
     shape = (batch, seq, x.heads, x.kv_heads, x.head_dim, int(causal))
     moved = BF16 * batch * seq * (x.q_width + x.o_width + x.kv_width + x.v_width)
     return [Op(f"{name}.fwd", "attention_fwd", "fwd", shape, fwd, moved, "bf16", count),
-            Op(f"{name}.bwd", "attention_bwd", "bwd", shape, 2 * fwd, 2 * moved, "bf16", count)]
+            Op(f"{name}.bwd", "attention_bwd", "bwd", shape, 2 * fwd, 2 * moved, "bf16",
+               count if bwd_count is None else bwd_count)]
 
 
 def _ring_attention_chunks(x: LayerShape, name: str, gpu: str | None = None) -> list[Op]:
@@ -148,14 +149,17 @@ def _ring_attention_chunks(x: LayerShape, name: str, gpu: str | None = None) -> 
     (c x 2c: the blocks of c queries, each looping over 2c keys, ``key_length_time_factor``). Over
     the ranks, half of the cp - 1 steps are of each kind. Each kernel therefore runs at the
     efficiency of its own, smaller shape, not of the whole sequence's. Together they do 1/cp of the
-    causal work. ``gpu``: whose published kernel curves give the key-length factor.
+    causal work. ``gpu``: whose published kernel curves give each pass's key-length factor
+    (``shape_curve_device``).
     """
     chunk = max(1, x.seq // (2 * x.cp))
-    (wide_batch, wide), (long_batch, long) = ring_step_kernels(chunk, gpu)
+    (wide_batch, wide), (long_batch, long) = ring_step_kernels(chunk, shape_curve_device(gpu, "attention_fwd"))
+    _, (_, long_bwd) = ring_step_kernels(chunk, shape_curve_device(gpu, "attention_bwd"))
     steps = x.cp - 1
     return (_attention_kernels(x, name, 2 * chunk, True, x.batch, 1.0)
             + _attention_kernels(x, f"{name}_ring", chunk, False, wide_batch * x.batch, steps * wide)
-            + _attention_kernels(x, f"{name}_ring_keys", chunk, False, long_batch * x.batch, steps * long))
+            + _attention_kernels(x, f"{name}_ring_keys", chunk, False, long_batch * x.batch, steps * long,
+                                 steps * long_bwd))
 
 
 def ring_step_kernels(chunk: int, gpu: str | None = None) -> tuple[tuple[int, float], tuple[int, float]]:
@@ -177,13 +181,14 @@ def _gathered_attention_chunks(x: LayerShape, name: str, gpu: str | None = None)
     causal work, the same c-squares the ``p2p`` ring computes (``_ring_attention_chunks``).
     """
     chunk = max(1, x.seq // (2 * x.cp))
-    full = causal = 0.0
-    for j in range(2 * x.cp):
-        factor = key_length_time_factor(chunk, (j + 1) * chunk, gpu) / x.cp
-        full += j * factor
-        causal += factor
-    return (_attention_kernels(x, name, chunk, True, x.batch, causal)
-            + _attention_kernels(x, f"{name}_gathered", chunk, False, x.batch, full))
+    counts = {}  # family -> (full, causal) kernels, each pass at its own curves' key-length factor
+    for family in ("attention_fwd", "attention_bwd"):
+        factors = [key_length_time_factor(chunk, (j + 1) * chunk, shape_curve_device(gpu, family)) / x.cp
+                   for j in range(2 * x.cp)]
+        counts[family] = (sum(j * f for j, f in enumerate(factors)), sum(factors))
+    (full, causal), (full_bwd, causal_bwd) = counts["attention_fwd"], counts["attention_bwd"]
+    return (_attention_kernels(x, name, chunk, True, x.batch, causal, causal_bwd)
+            + _attention_kernels(x, f"{name}_gathered", chunk, False, x.batch, full, full_bwd))
 
 
 def _attention_core(x: LayerShape, strategy: Strategy, name: str = "attention", dropout: bool = False,
@@ -234,17 +239,10 @@ def _flash_attention_core(x: LayerShape, strategy: Strategy, name: str, windowed
     """The fused attention kernels of ``_attention_core``: the ``p2p`` ring's steps, ``all_gather``'s
     per-chunk kernels (full-attention layers), else the whole sequence's causal kernel over 1/cp."""
     if x.cp > 1 and strategy.cp_comm_type == "p2p":
-        return _by_pass(lambda curves: _ring_attention_chunks(x, name, curves), gpu)
+        return _ring_attention_chunks(x, name, gpu)
     if x.cp > 1 and strategy.cp_comm_type == "all_gather" and not windowed:
-        return _by_pass(lambda curves: _gathered_attention_chunks(x, name, curves), gpu)
+        return _gathered_attention_chunks(x, name, gpu)
     return _attention_kernels(x, name, x.seq, True, x.batch, 1.0 / x.cp)
-
-
-def _by_pass(build: Callable[[str | None], list[Op]], gpu: str | None) -> list[Op]:
-    """``build``'s forward kernels with ``gpu``'s published curves and its backward kernels with the default
-    ones: ``ATTENTION_SHAPE_CURVES`` are forward figures (``costmodel.analytic``)."""
-    forward, backward = build(gpu), build(None)
-    return [fwd if fwd.family == "attention_fwd" else bwd for fwd, bwd in zip(forward, backward)]
 
 
 def _batched_linear(name: str, x: LayerShape, n: int, k: int, m: int, batch: int) -> list[Op]:
