@@ -35,6 +35,9 @@ BOUNDS = replace(CPU_BOUNDS, gemm_dim=(64, 1024))
 BUDGET_S = 22.0
 # Wall-clock slack over the budget: the last measurement's final sample and the final table rebuild.
 SLACK_S = 1.5
+# Fresh/profiled pairs whose median re-timing ratio is one shape's drift correction: 5 pairs (each
+# timing about 0.1 s of samples, TimingPolicy.target_s) span 1-2 s, shorter than CI's slowdowns.
+DRIFT_WINDOW = 5
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +70,11 @@ def test_profile_directory_loads_with_measured_physics(gemm_run):
 def test_fit_predicts_fresh_gemm_shapes_within_15_percent(gemm_run):
     """The fit's error on shapes it never saw, net of how this VM's speed moved since the profile ran.
 
-    Each fresh shape is timed beside a re-timing of a profiled one; the median ratio of those
-    re-timings to the profile's own times is the machine's drift since then (a shared VM's CPU can
-    run 10-30% slower for minutes), and it scales every prediction. What remains is the fit's error.
+    Each fresh shape is timed beside a re-timing of a profiled one; the ratio of a re-timing to the
+    profile's own time is the machine's drift at that moment (a shared VM's CPU can run 10-70% slower
+    for minutes, and CI once slowed down for the last quarter of the shapes only). Each prediction is
+    scaled by the median drift of the DRIFT_WINDOW pairs around its own, so a slowdown that starts
+    mid-test is followed and one noisy re-timing is outvoted. What remains is the fit's error.
     """
     report, _ = gemm_run
     fit = fit_directory(report.out)
@@ -92,11 +97,12 @@ def test_fit_predicts_fresh_gemm_shapes_within_15_percent(gemm_run):
         ratios.append(float(predicted) / timed)
         again = known[int(rng.integers(len(known)))]
         drifts.append(time_gemm(again) / profiled[again])
-    drift = float(np.median(drifts))
-    errors = [abs(r * drift - 1.0) for r in ratios]
+    local = [float(np.median(drifts[max(0, i - DRIFT_WINDOW // 2): i + DRIFT_WINDOW // 2 + 1]))
+             for i in range(len(drifts))]
+    errors = [abs(r * d - 1.0) for r, d in zip(ratios, local, strict=True)]
     mape = float(np.mean(errors))
-    assert mape <= 0.15, (f"fresh-shape MAPE {mape:.1%} after the machine's drift x{drift:.2f} "
-                          f"(errors {np.round(errors, 2).tolist()})")
+    assert mape <= 0.15, (f"fresh-shape MAPE {mape:.1%} after the machine's local drift "
+                          f"(drifts {np.round(local, 2).tolist()}, errors {np.round(errors, 2).tolist()})")
 
 
 def time_gemm(shape: tuple[int, ...]) -> float:
