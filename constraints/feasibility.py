@@ -40,11 +40,13 @@ class Verdict:
         return oom_probability(self.memory.total_bytes, self.usable_bytes)
 
 
-def memory_violation(memory: StageMemory, usable_bytes: float, gpu_name: str, margin: float = 0.0) -> str | None:
+def memory_violation(total_bytes: float, stage: int, usable_bytes: float, gpu_name: str,
+                     margin: float = 0.0) -> str | None:
+    """The sentence for a peak of ``total_bytes`` on pipeline ``stage`` over the budget, or None when it fits."""
     budget = usable_bytes * (1.0 - margin)
-    if memory.total_bytes > budget:
+    if total_bytes > budget:
         kept = f" less a {margin:.1%} memory margin" if margin > 0 else ""
-        return (f"needs {memory.total_bytes / GiB:.1f} GiB per GPU on pipeline stage {memory.stage}, "
+        return (f"needs {total_bytes / GiB:.1f} GiB per GPU on pipeline stage {stage}, "
                 f"{budget / GiB:.1f} GiB usable on {gpu_name}{kept}")
     return None
 
@@ -54,6 +56,7 @@ def check(run: RunSpec, memory_margin: float = 0.0) -> Verdict:
     violations = rule_violations(run)
     memory = peak_stage_memory(run)
     usable = run.cluster.usable_memory_bytes
-    if (msg := memory_violation(memory, usable, run.cluster.gpu.name, memory_margin)) is not None:
+    if (msg := memory_violation(memory.total_bytes, memory.stage, usable, run.cluster.gpu.name,
+                                memory_margin)) is not None:
         violations.append(msg)
     return Verdict(violations=tuple(violations), memory=memory, usable_bytes=usable, memory_margin=memory_margin)

@@ -76,7 +76,7 @@ checks both.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from constraints.cuda_graphs import private_pool_bytes, static_batch_bytes, static_input_bytes
 from constraints.workspace import userbuffer_bytes
@@ -86,8 +86,9 @@ from costmodel.specs.gpu import GiB
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.moe_tokens import dispatcher, expert_rows, load_factor
 from costmodel.specs.runspec import RunSpec
-from costmodel.specs.layout import MTP, layout_of, stage_layer_counts
+from costmodel.specs.layout import MTP, PipelineLayout, layout_of, stage_layer_counts
 from costmodel.specs.strategy import Strategy
+from costmodel.specs.reads import LAYOUT_FIELDS, reads, replaced
 
 BYTES_WEIGHT_16BIT = 2
 # Transformer Engine's MXFP8 block: one E8M0 scale byte per 32 elements
@@ -266,6 +267,16 @@ def state_bytes_per_param(framework: Framework) -> tuple[float, float]:
     return master, moments
 
 
+STATE_READS = (*LAYOUT_FIELDS, "tp", "ep", "etp", "dp", "cp", "hsdp_shard_size", "zero_stage", "precision",
+               "pipeline_schedule")
+"""The strategy fields the model states of a stage depend on (``StrategyTable.evaluate`` groups by them)."""
+LAYER_READS = ("tp", "cp", "micro_batch_size", "sequence_parallel", "recompute", "precision", "flash_attention",
+               "etp", "moe_capacity_factor", "moe_load_imbalance")
+"""What one layer's stored activations depend on; a stage's also on its layout and in-flight micro-batches."""
+INFLIGHT_READS = ("pp", "vpp", "global_batch_size", "micro_batch_size", "dp")
+
+
+@reads(*STATE_READS)
 def model_state_bytes(run: RunSpec, stage: int) -> tuple[float, float, float, float]:
     """(weights, grads, optimizer, layer-states) bytes on one GPU of ``stage``."""
     model, s, fw = run.model, run.strategy, run.framework
@@ -412,7 +423,7 @@ def deepseek_v3_saved_activation_bytes_per_layer(model: ModelSpec, strategy: Str
     so no expert output is kept for their gradient. Models without MLA keep Megatron's selective set.
     """
     if not model.is_mla:
-        return activation_bytes_per_layer(model, replace(strategy, recompute="selective"), seq_length, moe=moe)
+        return activation_bytes_per_layer(model, replaced(strategy, recompute="selective"), seq_length, moe=moe)
     t, b = strategy.tp, strategy.micro_batch_size
     s = seq_length / strategy.cp
     h = model.hidden_size
@@ -450,8 +461,8 @@ def stored_activation_bytes_per_layer(run: RunSpec, moe: bool = False) -> float:
     if mode == "op" and not moe:
         return op_saved_activation_bytes_per_layer(model, s, run.seq_length)
     if mode == "layer":  # torchtitan checkpoints layers 2, 4, ...: half full recompute, half none
-        full = activation_bytes_per_layer(model, replace(s, recompute="full"), run.seq_length, moe=moe)
-        none = activation_bytes_per_layer(model, replace(s, recompute="none"), run.seq_length, moe=moe,
+        full = activation_bytes_per_layer(model, replaced(s, recompute="full"), run.seq_length, moe=moe)
+        none = activation_bytes_per_layer(model, replaced(s, recompute="none"), run.seq_length, moe=moe,
                                           linear_input_bytes=lin)
         return (full + none) / 2
     return activation_bytes_per_layer(model, s, run.seq_length, moe=moe, linear_input_bytes=lin)
@@ -488,6 +499,7 @@ def inflight_chunks(strategy: Strategy, stage: int) -> float:
     return chunks / v
 
 
+@reads(*LAYOUT_FIELDS, *LAYER_READS, *INFLIGHT_READS)
 def layer_activation_bytes(run: RunSpec, stage: int) -> float:
     """Transformer-layer activations held by one GPU of ``stage`` at its peak."""
     model, s = run.model, run.strategy
@@ -523,37 +535,103 @@ def unfused_attention_backward_bytes(model: ModelSpec, strategy: Strategy, seq_l
     return 2 * 2 * model.num_attention_heads * s * s * strategy.cp * strategy.micro_batch_size / strategy.tp
 
 
+@reads(*INFLIGHT_READS, "cp")
+def embedding_output_bytes(run: RunSpec, stage: int) -> float:
+    """The first stage's embedding output and token ids of every in-flight micro-batch."""
+    s = run.strategy
+    if stage != 0:
+        return 0.0
+    b, seq, h = s.micro_batch_size, run.seq_length / s.cp, run.model.hidden_size
+    return inflight_chunks(s, 0) * (2 * seq * b * h + 8 * seq * b)
+
+
+@reads(*LAYOUT_FIELDS, "micro_batch_size", "cp", "tp")
+def logits_bytes(run: RunSpec, stage: int) -> float:
+    """16-bit logits and their fp32 copy on the last stage, and one set per MTP layer (each computes its own loss)."""
+    model, s = run.model, run.strategy
+    b, seq = s.micro_batch_size, run.seq_length / s.cp
+    heads = (stage == s.pp - 1) + layout_of(model, s).count(stage, MTP)
+    return heads * BYTES_LOGITS * b * seq * model.vocab_size / s.tp
+
+
+@reads(*LAYOUT_FIELDS, "zero_stage", "tp", "ep", "etp", "dp", "cp")
+def zero3_buffer_bytes(run: RunSpec, stage: int) -> float:
+    """ZeRO-3's gathered layers and FSDP2's deferred unsharded gradients (0 below stage 3)."""
+    if run.strategy.zero_stage != 3:
+        return 0.0
+    return zero3_gather_bytes(run, stage) + deferred_unsharded_grad_bytes(run, stage)
+
+
+@reads("micro_batch_size", "cp", "sequence_parallel", "tp", "etp", "moe_capacity_factor", "moe_load_imbalance")
+def moe_token_buffer_bytes(run: RunSpec, stage: int) -> float:
+    """An MoE layer's dispatched and combined tokens (0 for a dense model)."""
+    if not run.model.is_moe:
+        return 0.0
+    return dispatched_token_bytes(run.model, run.strategy, run.seq_length)
+
+
+@reads("moe_token_dispatcher", "ep", "etp", "tp")
+def deepep_bytes(run: RunSpec, stage: int) -> float:
+    """DeepEP's fixed buffers under the flex / HybridEP dispatchers (0 otherwise)."""
+    s = run.strategy
+    if not run.model.is_moe or dispatcher(run) not in ("flex", "hybridep"):
+        return 0.0
+    return deepep_buffer_bytes(run.model.hidden_size, s.ep * s.expert_tensor_parallel_size)
+
+
+@reads("tp_comm_overlap", "tp", "micro_batch_size", "cp", "precision")
+def tp_overlap_buffer_bytes(run: RunSpec, stage: int) -> float:
+    """Transformer Engine's TP-overlap userbuffers (``constraints.workspace``)."""
+    return userbuffer_bytes(run)
+
+
+@reads("flash_attention", "recompute", "cp", "micro_batch_size", "tp")
+def attention_backward_bytes(run: RunSpec, stage: int) -> float:
+    """Without flash attention or recompute, the two score-sized gradients of an attention backward
+    (recompute rebuilds the layer: ``recompute_working_set_bytes``)."""
+    s = run.strategy
+    if s.flash_attention or s.recompute != "none":
+        return 0.0
+    return unfused_attention_backward_bytes(run.model, s, run.seq_length)
+
+
+@reads(*LAYER_READS)
+def recompute_working_set_bytes(run: RunSpec, stage: int) -> float:
+    """A checkpointed layer's forward rebuilt in its backward: one layer's working set (0 without recompute)."""
+    s = run.strategy
+    layer_sac = s.recompute == "selective" and run.framework.selective_recompute == "layer"
+    if s.recompute == "full" or layer_sac:
+        return layer_working_set_bytes(run)
+    return 0.0
+
+
+EAGER_BUFFERS = (embedding_output_bytes, logits_bytes, zero3_buffer_bytes, moe_token_buffer_bytes, deepep_bytes,
+                 tp_overlap_buffer_bytes, attention_backward_bytes, recompute_working_set_bytes)
+"""The peak-time buffers of an eager step, in the order ``other_bytes`` adds them."""
+
+
+@reads(*LAYER_READS, *INFLIGHT_READS, "cuda_graphs")
+def cuda_graph_bytes(run: RunSpec, stage: int, eager_bytes: float) -> float:
+    """CUDA graphs' static buffers and private pool beside ``eager_bytes`` of buffers (``constraints.cuda_graphs``)."""
+    s = run.strategy
+    if s.cuda_graphs == "none":
+        return 0.0
+    return private_pool_bytes(run, layer_working_set_bytes(run), eager_bytes) + static_batch_bytes(run, stage) \
+        + static_input_bytes(run, inflight_chunks(s, stage) * s.vpp)
+
+
 def other_bytes(run: RunSpec, stage: int) -> float:
     """Peak-time buffers beyond stored layer activations (see the module docstring)."""
-    model, s = run.model, run.strategy
-    b, seq, h = s.micro_batch_size, run.seq_length / s.cp, model.hidden_size
     out = 0.0
-    if stage == 0:
-        out += inflight_chunks(s, 0) * (2 * seq * b * h + 8 * seq * b)  # embedding output and token ids
-    heads = (stage == s.pp - 1) + layout_of(model, s).count(stage, MTP)  # every MTP layer computes its own loss
-    out += heads * BYTES_LOGITS * b * seq * model.vocab_size / s.tp
-    if s.zero_stage == 3:
-        out += zero3_gather_bytes(run, stage) + deferred_unsharded_grad_bytes(run, stage)
-    if model.is_moe:
-        out += dispatched_token_bytes(model, s, run.seq_length)
-        if dispatcher(run) in ("flex", "hybridep"):
-            out += deepep_buffer_bytes(model.hidden_size, s.ep * s.expert_tensor_parallel_size)
-    out += userbuffer_bytes(run)
-    if not s.flash_attention and s.recompute == "none":  # (recompute rebuilds the layer: counted below)
-        out += unfused_attention_backward_bytes(model, s, run.seq_length)
-    layer_sac = s.recompute == "selective" and run.framework.selective_recompute == "layer"
-    if s.recompute == "full" or layer_sac:  # a checkpointed layer's forward is rebuilt in its backward
-        out += layer_working_set_bytes(run)
-    if s.cuda_graphs != "none":  # constraints.cuda_graphs: the graphs' static buffers and private pool
-        out += private_pool_bytes(run, layer_working_set_bytes(run), out) + static_batch_bytes(run, stage) \
-            + static_input_bytes(run, inflight_chunks(s, stage) * s.vpp)
-    return out
+    for term in EAGER_BUFFERS:
+        out += term(run, stage)
+    return out + cuda_graph_bytes(run, stage, out)
 
 
 def layer_working_set_bytes(run: RunSpec) -> float:
     """One layer's activations of one micro-batch without recompute: what its backward works on at once."""
     model, s = run.model, run.strategy
-    return activation_bytes_per_layer(model, replace(s, recompute="none"), run.seq_length, moe=model.is_moe,
+    return activation_bytes_per_layer(model, replaced(s, recompute="none"), run.seq_length, moe=model.is_moe,
                                       linear_input_bytes=fp8_linear_input_bytes(run.framework, s.precision))
 
 
@@ -643,6 +721,11 @@ def peak_stage_memory(run: RunSpec) -> StageMemory:
     in-flight micro-batches, so only the first of each kind is evaluated: the first, the second
     and the last rank of an even or first/last-stage split.
     """
-    layout = layout_of(run.model, run.strategy)
-    candidates = {layout.rank_key(st): st for st in reversed(range(run.strategy.pp))}.values()
-    return max((stage_memory(run, st) for st in sorted(candidates)), key=lambda m: m.total_bytes)
+    stages = peak_candidate_stages(layout_of(run.model, run.strategy))
+    return max((stage_memory(run, st) for st in stages), key=lambda m: m.total_bytes)
+
+
+def peak_candidate_stages(layout: PipelineLayout) -> list[int]:
+    """The first rank of each kind of ``layout`` (``PipelineLayout.rank_key``), in rank order: the ranks
+    whose memory can be the peak (a later rank of the same kind holds fewer in-flight micro-batches)."""
+    return sorted({layout.rank_key(st): st for st in reversed(range(layout.pp))}.values())

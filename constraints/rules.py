@@ -5,7 +5,8 @@ combinations its implementation refuses are violations naming the framework, so 
 search never proposes them.
 
 Every rule returns ``None`` when the run obeys it, or a sentence that names the
-numbers. Add a rule by writing a function here and listing it in ``RULES``.
+numbers. Add a rule by writing a function here, declaring the strategy fields it reads with
+``@reads(...)`` (a table check refuses a rule that reads an undeclared one), and listing it in ``RULES``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,15 @@ from collections.abc import Callable
 from costmodel.specs.framework import BF16_REMAINDER
 from costmodel.specs.layout import layout_of
 from costmodel.specs.runspec import RunSpec
+from costmodel.specs.reads import LAYOUT_FIELDS, reads
 
 Rule = Callable[[RunSpec], "str | None"]
+"""A rule; each declares the strategy fields it reads (``reads``), so a table of strategies is checked once
+per distinct combination of them (``constraints.table``)."""
+MICROBATCHES = ("global_batch_size", "micro_batch_size", "dp")  # what Strategy.num_microbatches reads
 
 
+@reads("tp", "pp", "cp", "dp")
 def world_size_matches(run: RunSpec) -> str | None:
     s, n = run.strategy, run.cluster.num_gpus
     if s.world_size != n:
@@ -27,6 +33,7 @@ def world_size_matches(run: RunSpec) -> str | None:
     return None
 
 
+@reads("tp")
 def tp_divides_heads(run: RunSpec) -> str | None:
     tp, heads = run.strategy.tp, run.model.num_attention_heads
     if heads % tp:
@@ -34,6 +41,7 @@ def tp_divides_heads(run: RunSpec) -> str | None:
     return None
 
 
+@reads("tp")
 def tp_fits_kv_heads(run: RunSpec) -> str | None:
     """KV heads split over tp, or replicate when tp exceeds them (Megatron-LM)."""
     tp, kv = run.strategy.tp, run.model.num_query_groups
@@ -44,6 +52,7 @@ def tp_fits_kv_heads(run: RunSpec) -> str | None:
     return None
 
 
+@reads("tp")
 def tp_divides_ffn(run: RunSpec) -> str | None:
     tp, model = run.strategy.tp, run.model
     for name in ("ffn_hidden_size", "moe_ffn_hidden_size"):
@@ -55,6 +64,7 @@ def tp_divides_ffn(run: RunSpec) -> str | None:
     return None
 
 
+@reads("tp", "allow_tp_across_nodes")
 def tp_within_nvlink_domain(run: RunSpec) -> str | None:
     tp, domain = run.strategy.tp, run.cluster.gpu.nvlink_domain_size
     if tp > domain and not run.strategy.allow_tp_across_nodes:
@@ -65,6 +75,7 @@ def tp_within_nvlink_domain(run: RunSpec) -> str | None:
     return None
 
 
+@reads(*LAYOUT_FIELDS)
 def pipeline_layout_builds(run: RunSpec) -> str | None:
     """The pipeline layout (``costmodel.specs.layout``) is one Megatron-Core builds for this model.
 
@@ -75,6 +86,7 @@ def pipeline_layout_builds(run: RunSpec) -> str | None:
     return "; ".join(problems) if problems else None
 
 
+@reads("micro_batch_size", "dp", "global_batch_size")
 def batch_divisible(run: RunSpec) -> str | None:
     s = run.strategy
     unit = s.micro_batch_size * s.dp
@@ -84,6 +96,7 @@ def batch_divisible(run: RunSpec) -> str | None:
     return None
 
 
+@reads("vpp", "pp", *MICROBATCHES)
 def interleaving_needs_pipeline(run: RunSpec) -> str | None:
     s = run.strategy
     if s.vpp > 1 and s.pp == 1:
@@ -94,6 +107,7 @@ def interleaving_needs_pipeline(run: RunSpec) -> str | None:
     return None
 
 
+@reads("pipeline_flushes", "pp", "vpp", *MICROBATCHES)
 def pipeline_flushes_split_the_batch(run: RunSpec) -> str | None:
     """Each schedule run (``strategy.pipeline_flushes``) takes an equal share of the micro-batches.
 
@@ -115,6 +129,7 @@ def pipeline_flushes_split_the_batch(run: RunSpec) -> str | None:
     return None
 
 
+@reads("sequence_parallel", "tp", "cp")
 def sequence_parallel_needs_tp(run: RunSpec) -> str | None:
     s = run.strategy
     if s.sequence_parallel and s.tp == 1:
@@ -125,6 +140,7 @@ def sequence_parallel_needs_tp(run: RunSpec) -> str | None:
     return None
 
 
+@reads("cp")
 def cp_divides_sequence(run: RunSpec) -> str | None:
     cp, seq = run.strategy.cp, run.seq_length
     if cp > 1 and seq % (2 * cp):
@@ -133,6 +149,7 @@ def cp_divides_sequence(run: RunSpec) -> str | None:
     return None
 
 
+@reads("cp", "cp_comm_type", "tp")
 def ulysses_divides_heads(run: RunSpec) -> str | None:
     """``cp_comm_type: a2a`` shards heads over cp after tp: both head counts must divide by tp * cp.
 
@@ -149,6 +166,7 @@ def ulysses_divides_heads(run: RunSpec) -> str | None:
     return None
 
 
+@reads("hsdp_shard_size", "dp", "cp", "zero_stage")
 def hsdp_shard_fits(run: RunSpec) -> str | None:
     """``hsdp_shard_size`` shards ZeRO states over whole cp blocks of dp ranks: replicas divide dp.
 
@@ -168,6 +186,7 @@ def hsdp_shard_fits(run: RunSpec) -> str | None:
     return None
 
 
+@reads("ep", "etp", "tp", "dp", "cp")
 def expert_parallel_fits(run: RunSpec) -> str | None:
     s, model = run.strategy, run.model
     if s.ep == 1:
@@ -185,6 +204,7 @@ def expert_parallel_fits(run: RunSpec) -> str | None:
     return None
 
 
+@reads("etp")
 def expert_tensor_parallel_fits(run: RunSpec) -> str | None:
     """Expert TP splits the expert FFN evenly; it is an MoE knob (Megatron-Core parallel folding)."""
     s, model = run.strategy, run.model
@@ -197,6 +217,7 @@ def expert_tensor_parallel_fits(run: RunSpec) -> str | None:
     return None
 
 
+@reads("moe_token_dispatcher", "moe_shared_expert_overlap", "moe_a2a_overlap", "ep", "recompute", "pp", "vpp")
 def moe_overlap_supported(run: RunSpec) -> str | None:
     """Megatron-Core's conditions on the MoE overlaps (transformer_config.py __post_init__)."""
     s = run.strategy
@@ -218,6 +239,7 @@ def moe_overlap_supported(run: RunSpec) -> str | None:
     return None
 
 
+@reads("zero_stage", "pp")
 def framework_runs_zero_stage(run: RunSpec) -> str | None:
     """The framework implements this ZeRO stage, also together with pipeline parallelism."""
     fw, s = run.framework, run.strategy
@@ -230,6 +252,7 @@ def framework_runs_zero_stage(run: RunSpec) -> str | None:
     return None
 
 
+@reads("hsdp_shard_size", "zero_stage")
 def framework_runs_hsdp(run: RunSpec) -> str | None:
     """The framework implements hybrid sharding (``hsdp_shard_size``) at this ZeRO stage."""
     fw, s = run.framework, run.strategy
@@ -240,6 +263,7 @@ def framework_runs_hsdp(run: RunSpec) -> str | None:
             f"(framework {fw.name} shards hybrid at ZeRO stages: {offered})")
 
 
+@reads("cp", "cp_comm_type")
 def framework_runs_cp_comm_type(run: RunSpec) -> str | None:
     """The framework implements this context-parallel exchange (``Framework.cp_comm_types``)."""
     fw, s = run.framework, run.strategy
@@ -249,6 +273,7 @@ def framework_runs_cp_comm_type(run: RunSpec) -> str | None:
             f"{', '.join(fw.cp_comm_types)})")
 
 
+@reads("precision")
 def framework_runs_precision(run: RunSpec) -> str | None:
     """The precision exists in the framework, and the framework's reduce and master dtypes go with it.
 
@@ -271,6 +296,7 @@ def framework_runs_precision(run: RunSpec) -> str | None:
     return None
 
 
+@reads("flash_attention", "overlap_grad_reduce")
 def framework_runs_attention_and_overlap(run: RunSpec) -> str | None:
     """Flash attention and the overlapped gradient reduce exist in the framework (Megatron-LM 2021-22: neither)."""
     fw, s = run.framework, run.strategy
@@ -283,6 +309,7 @@ def framework_runs_attention_and_overlap(run: RunSpec) -> str | None:
     return None
 
 
+@reads("tp", "sequence_parallel", "cp")
 def framework_runs_parallelism(run: RunSpec) -> str | None:
     """Sequence, context and (for MoE models) tensor parallelism exist in the framework."""
     fw, s = run.framework, run.strategy
@@ -295,6 +322,7 @@ def framework_runs_parallelism(run: RunSpec) -> str | None:
     return None
 
 
+@reads("recompute")
 def framework_runs_recompute(run: RunSpec) -> str | None:
     """The recompute mode exists in the framework (``Framework.recompute_modes``)."""
     fw, s = run.framework, run.strategy
@@ -304,6 +332,7 @@ def framework_runs_recompute(run: RunSpec) -> str | None:
             f"{', '.join(fw.recompute_modes)})")
 
 
+@reads("tp_comm_overlap", "sequence_parallel")
 def framework_runs_tp_comm_overlap(run: RunSpec) -> str | None:
     """Userbuffer TP overlap exists in the framework and, as in Megatron-LM, needs sequence parallelism."""
     fw, s = run.framework, run.strategy
@@ -317,6 +346,7 @@ def framework_runs_tp_comm_overlap(run: RunSpec) -> str | None:
     return None
 
 
+@reads("cuda_graphs", "recompute", "moe_capacity_factor")
 def framework_runs_cuda_graphs(run: RunSpec) -> str | None:
     """The framework captures the CUDA-graph scope, at a shape Megatron-Core captures.
 
@@ -341,6 +371,7 @@ def framework_runs_cuda_graphs(run: RunSpec) -> str | None:
     return None
 
 
+@reads("pipeline_schedule", "pp", "vpp", *MICROBATCHES)
 def pipeline_schedule_runs(run: RunSpec) -> str | None:
     """The framework implements the named schedule (``Framework.pipeline_schedules``), at a shape it runs.
 
@@ -369,6 +400,7 @@ def pipeline_schedule_runs(run: RunSpec) -> str | None:
     return None
 
 
+@reads("precision")
 def precision_supported(run: RunSpec) -> str | None:
     gpu, precision = run.cluster.gpu, run.strategy.precision
     if not gpu.supports(precision):

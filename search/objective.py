@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from constraints import check
+from constraints.table import check_table
 from constraints.oom import oom_probability
 from costmodel.llm.compute import distinct_stages, stage_ops_key
 from costmodel.llm.decompose import stage_ops
@@ -33,6 +34,7 @@ from costmodel.predict import timer_for
 from costmodel.specs.gpu import GiB, GPUSpec
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.strategy import Strategy
+from costmodel.specs.strategy_table import StrategyTable
 from costmodel.llm.step import predict_step, throughput
 from costmodel.timing import OperatorTimer
 from search.space import LAYOUT_KNOBS, SearchProblem, StrategySpace, nearest
@@ -149,20 +151,21 @@ class Evaluator:
         if hit is not None:
             return hit
         run = self.problem.run(strategy)
-        margin = self.problem.memory_margin
-        verdict = check(run, margin)
-        usable = float(verdict.usable_bytes / GiB)
-        if not verdict.fits:
-            result = Evaluation(strategy, verdict.violations, float(verdict.peak_memory_gib), usable,
-                                memory_margin=margin)
-        else:
-            step = predict_step(run, self.timer)
-            rates = throughput(run, step.step_time_s)
-            result = Evaluation(strategy, (), float(verdict.peak_memory_gib), usable, float(step.step_time_s),
-                                float(rates["tokens_per_s_per_gpu"]), float(rates["mfu"]),
-                                tuple((k, float(v)) for k, v in step.breakdown.items()), memory_margin=margin)
+        verdict = check(run, self.problem.memory_margin)
+        result = self._finish(run, verdict.violations, verdict.memory.total_bytes, verdict.usable_bytes)
         self.cache[strategy] = result
         return result
+
+    def _finish(self, run: RunSpec, violations: tuple[str, ...], peak_bytes: float, usable_bytes: float) -> Evaluation:
+        """The evaluation of ``run`` given its verdict: the step time predicted only when it fits."""
+        margin, peak, usable = self.problem.memory_margin, float(peak_bytes / GiB), float(usable_bytes / GiB)
+        if violations:
+            return Evaluation(run.strategy, violations, peak, usable, memory_margin=margin)
+        step = predict_step(run, self.timer)
+        rates = throughput(run, step.step_time_s)
+        return Evaluation(run.strategy, (), peak, usable, float(step.step_time_s),
+                          float(rates["tokens_per_s_per_gpu"]), float(rates["mfu"]),
+                          tuple((k, float(v)) for k, v in step.breakdown.items()), memory_margin=margin)
 
     def fits(self, strategy: Strategy) -> bool:
         """Whether ``strategy`` passes the rules and the memory model (no time prediction, no memo entry)."""
@@ -172,20 +175,18 @@ class Evaluator:
         return check(self.problem.run(strategy), self.problem.memory_margin).fits
 
     def evaluate_many(self, strategies: Iterable[Strategy]) -> list[Evaluation]:
-        """Evaluate ``strategies``, timing the operators of all the feasible ones in one batch first."""
+        """Evaluate ``strategies``: rules and memory over them as one table (``constraints.table``), then
+        the operators of all the feasible ones timed in one batch, then each step time."""
         strategies = list(strategies)
         fresh = [s for s in dict.fromkeys(strategies) if s not in self.cache]
-        runs = []
-        for strategy in fresh:
-            run = self.problem.run(strategy)
-            verdict = check(run, self.problem.memory_margin)
-            if verdict.fits:
-                runs.append(run)
-            else:
-                self.cache[strategy] = Evaluation(strategy, verdict.violations, verdict.peak_memory_gib,
-                                                  verdict.usable_bytes / GiB, memory_margin=self.problem.memory_margin)
-        prewarm(runs, self.timer)
-        return [self.evaluate(s) for s in strategies]
+        if fresh:
+            verdict = check_table(self.problem.run(fresh[0]), StrategyTable(fresh), self.problem.memory_margin)
+            runs = [self.problem.run(s) for s in fresh]
+            prewarm([run for row, run in enumerate(runs) if verdict.fits(row)], self.timer)
+            for row, run in enumerate(runs):
+                self.cache[run.strategy] = self._finish(run, verdict.violations[row], verdict.peak_bytes[row],
+                                                        verdict.usable_bytes)
+        return [self.cache[s] for s in strategies]
 
     def remember(self, evaluation: Evaluation) -> None:
         """Add an evaluation computed elsewhere (another process, a stored study)."""

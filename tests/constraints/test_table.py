@@ -1,0 +1,160 @@
+"""``constraints.table.check_table``: each strategy of a table gets exactly ``constraints.check``'s verdict.
+
+The table path runs every rule and memory term once per distinct combination of the strategy fields it
+declares (``costmodel.specs.reads``); these tests compare it with the scalar path over whole search spaces
+(dense, MoE, FSDP2, FP8 with TP overlap and CUDA graphs, a memory margin) and over strategies that break
+rules, to the last bit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import replace
+
+import pytest
+
+from constraints import check
+from constraints.memory import EAGER_BUFFERS, cuda_graph_bytes, layer_activation_bytes, model_state_bytes
+from constraints.rules import RULES
+from constraints.table import check_table
+from costmodel.specs import get_gpu, get_model
+from costmodel.specs.framework import get_framework
+from costmodel.specs.reads import ReadsView, reads
+from costmodel.specs.strategy import Strategy
+from costmodel.specs.strategy_table import StrategyTable
+from search import SearchProblem, build_space
+from search.space import StrategySpace
+from search.objective import Evaluator
+
+SAMPLE = {"mla-moe-mtp-h100": 300}  # about as many rows checked per space (default 1500): the scalar path is slow
+SPACES = {
+    "dense-h100": dict(model="llama3.1-8b", gpu="h100-sxm5-80gb", num_gpus=32, global_batch_size=128,
+                       seq_length=8192),
+    "moe-h100": dict(model="mixtral-8x7b", gpu="h100-sxm5-80gb", num_gpus=32, global_batch_size=64,
+                     seq_length=4096),
+    "mla-moe-mtp-h100": dict(model="deepseek-v3-mtp", gpu="h100-sxm5-80gb", num_gpus=256, global_batch_size=512,
+                             seq_length=4096, max_pp=16),
+    "fsdp2-a100": dict(model="llama3.1-8b", gpu="a100-sxm4-80gb", num_gpus=16, global_batch_size=64,
+                       seq_length=4096, framework="torchtitan"),
+    "fp8-switches-graphs": dict(model="llama3.1-8b", gpu="h100-sxm5-80gb", num_gpus=16, global_batch_size=64,
+                                seq_length=4096, memory_margin=0.1,
+                                allowed={"tp_comm_overlap": (False, True), "flash_attention": (False, True),
+                                         "cuda_graphs": ("none", "layers", "full_iteration"),
+                                         "overlap_grad_reduce": (False, True)}),
+}
+
+
+def _problem(spec: dict) -> SearchProblem:
+    spec = dict(spec)
+    framework = spec.pop("framework", None)
+    if framework is not None:
+        spec["framework"] = get_framework(framework)
+    return SearchProblem(model=get_model(spec.pop("model")), gpu=get_gpu(spec.pop("gpu")), **spec)
+
+
+def _sample(space: StrategySpace, rows: int) -> list[Strategy]:
+    """Every strategy of an evenly spaced subset of the layouts, about ``rows`` of them (MoE spaces hold
+    millions)."""
+    stride = max(1, space.size // rows)
+    return list(replace(space, layouts=space.layouts[::stride]))
+
+
+def _assert_same_verdicts(problem: SearchProblem, strategies: list[Strategy]) -> int:
+    run = problem.run(strategies[0])
+    verdict = check_table(run, StrategyTable(strategies), problem.memory_margin)
+    infeasible = 0
+    for row, strategy in enumerate(strategies):
+        alone = check(problem.run(strategy), problem.memory_margin)
+        assert verdict.violations[row] == alone.violations, strategy
+        assert verdict.peak_bytes[row] == alone.memory.total_bytes, strategy  # exact, not approximate
+        assert verdict.peak_stage[row] == alone.memory.stage, strategy
+        infeasible += not alone.fits
+    assert verdict.usable_bytes == run.cluster.usable_memory_bytes
+    return infeasible
+
+
+@pytest.mark.parametrize("name", sorted(SPACES))
+def test_every_strategy_of_a_space_gets_the_scalar_verdict(name: str) -> None:
+    problem = _problem(SPACES[name])
+    sample = _sample(build_space(problem), SAMPLE.get(name, 1500))
+    infeasible = _assert_same_verdicts(problem, sample)
+    assert 0 < infeasible < len(sample) or name == "dense-h100"  # both outcomes exercised where they occur
+
+
+def test_strategies_that_break_rules_get_the_same_sentences() -> None:
+    """Random strategies outside any space: wrong world sizes, batches, interleaving, HSDP groups, ZeRO-2 in
+    Megatron, CP exchanges, expert degrees on a dense model."""
+    problem = _problem(SPACES["moe-h100"])
+    rng = random.Random(3)
+    knobs = {"tp": [1, 2, 3, 4, 8], "pp": [1, 2, 4], "dp": [1, 2, 4, 8, 16], "cp": [1, 2], "ep": [1, 2, 8],
+             "vpp": [1, 2], "micro_batch_size": [1, 2, 3], "recompute": ["none", "selective", "full"],
+             "zero_stage": [0, 1, 2, 3], "precision": ["bf16", "fp8"], "hsdp_shard_size": [0, 2, 3, 4],
+             "cp_comm_type": ["p2p", "a2a"], "moe_a2a_overlap": [None, True], "etp": [None, 1, 2]}
+    strategies = []
+    while len(strategies) < 400:
+        values = {k: rng.choice(v) for k, v in knobs.items()}
+        try:
+            strategies.append(Strategy(global_batch_size=64, **values))
+        except ValueError:
+            continue
+    infeasible = _assert_same_verdicts(problem, strategies)
+    assert infeasible > 300  # almost all break a rule
+    dense = _problem(SPACES["dense-h100"])
+    _assert_same_verdicts(dense, [Strategy(tp=2, dp=16, ep=2, global_batch_size=128),
+                                  Strategy(tp=8, dp=4, global_batch_size=128, sequence_parallel=False)])
+
+
+def test_every_mechanism_the_table_runs_declares_what_it_reads() -> None:
+    for fn in (*RULES, model_state_bytes, layer_activation_bytes, *EAGER_BUFFERS, cuda_graph_bytes):
+        assert isinstance(fn.reads, frozenset) and fn.reads, fn.__name__  # type: ignore[attr-defined]
+
+
+def test_an_undeclared_read_is_refused_not_grouped_over() -> None:
+    strategy = Strategy(tp=2, dp=4, micro_batch_size=2, global_batch_size=64)
+    view = ReadsView(strategy, frozenset({"tp", "micro_batch_size"}))
+    assert view.tp == 2 and view.micro_batch_size == 2
+    with pytest.raises(AttributeError, match="strategy.dp is read but not declared"):
+        view.dp  # noqa: B018
+    with pytest.raises(AttributeError, match="global_batch_size"):  # through a derived property
+        view.num_microbatches  # noqa: B018
+    assert ReadsView(strategy, frozenset({"global_batch_size", "micro_batch_size", "dp"})).num_microbatches == 8
+    changed = view.replaced(recompute="full")
+    assert changed.recompute == "full" and changed.tp == 2
+
+    @reads("tp")
+    def leaky(v: ReadsView) -> int:
+        return v.tp * v.dp
+
+    table = StrategyTable([strategy, Strategy(tp=2, dp=8, global_batch_size=64)])
+    with pytest.raises(AttributeError, match="strategy.dp"):
+        table.evaluate(leaky, leaky.reads)  # type: ignore[attr-defined]
+
+
+def test_evaluate_calls_once_per_distinct_combination_in_table_order() -> None:
+    strategies = [Strategy(tp=tp, dp=dp, micro_batch_size=mbs, global_batch_size=64)
+                  for tp, dp, mbs in itertools.product((4, 1, 2), (2, 8), (1, 2))]
+    table = StrategyTable(strategies)
+    calls = []
+
+    def per_tp(v: ReadsView) -> int:
+        calls.append(v.tp)
+        return 10 * v.tp
+
+    values, group = table.evaluate(per_tp, frozenset({"tp"}))
+    assert calls == [4, 1, 2] and values == [40, 10, 20]  # groups numbered by their first row
+    assert [values[g] for g in group] == [10 * s.tp for s in strategies]
+    first, group2 = table.groups({"tp", "dp"})
+    assert len(first) == 6 and list(group2[:4]) == [0, 0, 1, 1]
+    table.evaluate(per_tp, frozenset({"tp"}), key="tp")
+    table.evaluate(per_tp, frozenset({"tp"}), key="tp")
+    assert calls == [4, 1, 2] * 2  # the keyed calls ran once, the second one from the table's memo
+
+
+def test_evaluate_many_matches_evaluate_one_by_one() -> None:
+    problem = _problem(SPACES["fp8-switches-graphs"])
+    strategies = _sample(build_space(problem), 150)
+    batch = Evaluator(problem).evaluate_many(strategies + strategies[:3])  # repeats come from the memo
+    alone = [Evaluator(problem).evaluate(s) for s in strategies]
+    assert batch[:len(strategies)] == alone and batch[-3:] == alone[:3]
+    assert any(e.feasible for e in alone) and any(not e.feasible for e in alone)
