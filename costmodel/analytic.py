@@ -7,6 +7,7 @@ outside a profile's sampled range. Every figure carries its source.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -145,6 +146,7 @@ def _shape_curves(device: str | None) -> tuple[tuple[int, ...], tuple[int, ...],
     return ATTENTION_SHAPE_CURVES.get(device or "", (_FA2_A100_SEQ, _FA2_A100_CAUSAL, _FA2_A100_FULL))
 
 
+@lru_cache(maxsize=4096)  # pure, and asked again for every strategy whose stage decomposes anew
 def noncausal_time_factor(seq: int, device: str | None = None) -> float:
     """Non-causal / causal attention time at the same shape: twice the FLOPs at a higher efficiency
     (the ratio of ``device``'s published curves, ``ATTENTION_SHAPE_CURVES``)."""
@@ -154,6 +156,7 @@ def noncausal_time_factor(seq: int, device: str | None = None) -> float:
     return float(2.0 * ratio)
 
 
+@lru_cache(maxsize=4096)  # pure, and asked again for every strategy whose stage decomposes anew
 def key_length_time_factor(queries: int, keys: int, device: str | None = None) -> float:
     """Time of a non-causal attention kernel of ``queries`` x ``keys`` against ``keys / queries`` square
     ``queries`` x ``queries`` kernels of the same batch and heads (1 for ``keys <= queries``).

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 from constraints.oom import default_memory_margin
 from costmodel.specs.errors import SpecError
 from costmodel.specs.framework import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
-from parplan._argtypes import int_list, jobs, number_in, positive_int, positive_number, seed
+from parplan._argtypes import int_list, jobs, non_negative_int, number_in, positive_int, positive_number, seed
 from parplan._interrupt import resumable
 from parplan._json import dumps
-from search.choices import SAMPLERS
+from search.choices import DEFAULT_EXHAUSTIVE_LIMIT, SAMPLERS
 from search.exporters import EXPORTERS
 from search.space import KNOBS, MAX_MEMORY_MARGIN, SearchBounds
 
@@ -88,8 +88,13 @@ def register(subparsers: Any) -> None:
     how.add_argument("--objective", choices=OBJECTIVES, default="time",
                      help="time: fastest step; cost: fewest GPU-hours per token over the GPU counts; "
                           "pareto: step time vs peak memory front (NSGA-II)")
-    how.add_argument("--sampler", choices=SAMPLERS, default=None,
-                     help="default tpe (nsga2 for --objective pareto); exhaustive sweeps every legal strategy")
+    how.add_argument("--sampler", choices=SAMPLERS, default="auto",
+                     help="auto (default): the exhaustive sweep when the space holds at most --exhaustive-limit "
+                          "strategies, else tpe (nsga2 for --objective pareto); exhaustive sweeps every legal "
+                          "strategy")
+    how.add_argument("--exhaustive-limit", type=non_negative_int, default=DEFAULT_EXHAUSTIVE_LIMIT, metavar="N",
+                     help=f"largest space --sampler auto sweeps (default {DEFAULT_EXHAUSTIVE_LIMIT:,}: about 10 s "
+                          "on one core)")
     how.add_argument("--trials", type=positive_int, default=None, help="trials in total (default 200; 300 for nsga2)")
     how.add_argument("--seed", type=seed, default=0)
     how.add_argument("--memory-margin", type=number_in(0.0, MAX_MEMORY_MARGIN, strict=False),
@@ -240,7 +245,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 def _search_command(args: argparse.Namespace) -> int:
     from search.exporters import get_exporter
 
-    sampler = args.sampler or ("nsga2" if args.objective == "pareto" else "tpe")
+    sampler = args.sampler
     objective = "pareto" if args.objective == "pareto" else "time"
     for name in args.export:
         for part in name.split(","):
@@ -297,7 +302,7 @@ def _search_one(problem: SearchProblem, *, args: argparse.Namespace, sampler: st
     starts = () if getattr(args, "baseline", None) is None else (args.baseline.strategy,)
     result = run_search(problem, sampler=sampler, objective=objective, n_trials=args.trials, seed=args.seed,
                         profile_dir=args.profile, storage=args.storage, study_name=name, n_jobs=args.jobs,
-                        on_trial=progress.trial, starts=starts)
+                        on_trial=progress.trial, starts=starts, exhaustive_limit=args.exhaustive_limit)
     progress.finished(result)
     return result
 
@@ -467,8 +472,9 @@ def _print_result(result: SearchResult, top: int, explain: bool = False) -> None
     else:
         for line in result.why_not():
             print(f"why not {line}")
+    why = f" ({result.sampler_reason})" if result.sampler_reason else ""
     print(f"{result.trials} trials ({len(result.distinct)} distinct, {len(result.feasible)} feasible), "
-          f"{result.sampler}, {result.elapsed_s:.1f} s")
+          f"{result.sampler}{why}, {result.elapsed_s:.1f} s")
 
 
 def _print_plan(plan: BudgetPlan, objective: str) -> None:

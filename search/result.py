@@ -28,6 +28,8 @@ class SearchResult:
         Wall time of the search (evaluations included, the final prediction not).
     profile_dir : str, optional
         The user profile the evaluations used.
+    sampler_reason : str
+        Why ``sampler`` ran when the search asked for ``auto`` (``search.run.resolve_sampler``), else "".
     """
 
     problem: SearchProblem
@@ -37,6 +39,7 @@ class SearchResult:
     elapsed_s: float
     profile_dir: str | None = None
     evaluator: Evaluator | None = field(default=None, compare=False, repr=False)
+    sampler_reason: str = ""
     _alternatives: list[KnobAlternatives] | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
@@ -131,6 +134,8 @@ class SearchResult:
             "feasible": len(self.feasible),
             "elapsed_s": self.elapsed_s,
             "sampler": self.sampler,
+            "sampler_reason": self.sampler_reason,
+            "strategies_evaluated": len(self.distinct),
             "objective": self.objective,
             "why_not": self.why_not(),
         }

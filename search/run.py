@@ -24,13 +24,16 @@ from search.result import SearchResult
 from search.samplers import SAMPLERS, BaseSearcher, ExhaustiveSearcher, NSGAIISearcher, TPESearcher
 from search.samplers._base import TrialCallback
 from search.space import LAYOUT_KNOBS, SearchProblem, StrategySpace, build_space
+from search.choices import DEFAULT_EXHAUSTIVE_LIMIT
 from search.storage import open_study
 
 
 def make_searcher(sampler: str = "tpe", *, objective: str = "time", seed: int = 0, n_jobs: int = 1) -> BaseSearcher:
-    """The searcher named ``sampler`` for ``objective`` (``time`` or ``pareto``)."""
-    if sampler not in SAMPLERS:
-        raise SpecError("sampler", sampler, "one of " + ", ".join(SAMPLERS))
+    """The searcher named ``sampler`` for ``objective`` (``time`` or ``pareto``); ``auto`` is resolved first
+    (:func:`resolve_sampler`)."""
+    if sampler not in SAMPLERS or sampler == "auto":
+        raise SpecError("sampler", sampler, "one of " + ", ".join(s for s in SAMPLERS if s != "auto")
+                        + " (auto is resolved against the space first: resolve_sampler)")
     if objective not in OBJECTIVES:
         raise SpecError("objective", objective, "one of " + ", ".join(OBJECTIVES))
     if sampler == "exhaustive":
@@ -41,17 +44,37 @@ def make_searcher(sampler: str = "tpe", *, objective: str = "time", seed: int = 
     return NSGAIISearcher(seed=seed) if sampler == "nsga2" else TPESearcher(seed=seed)
 
 
+def resolve_sampler(sampler: str, space: StrategySpace, objective: str = "time", n_trials: int | None = None,
+                    exhaustive_limit: int = DEFAULT_EXHAUSTIVE_LIMIT) -> tuple[str, str]:
+    """(the sampler to run, why) for ``sampler``; ``auto`` sweeps the whole space when it holds at most
+    ``exhaustive_limit`` strategies and ``n_trials`` (if given) does not stop short of them, so a small
+    problem's pick is its exact optimum; larger spaces get TPE (NSGA-II for the Pareto objective)."""
+    if sampler != "auto":
+        return sampler, ""
+    if exhaustive_limit < 0:
+        raise SpecError("exhaustive_limit", exhaustive_limit, "an integer >= 0")
+    size = space.size_at_most(exhaustive_limit)
+    if size <= exhaustive_limit and (n_trials is None or n_trials >= size):
+        return "exhaustive", f"auto: the space holds {size:,} strategies (at most {exhaustive_limit:,} are swept)"
+    fallback = "nsga2" if objective == "pareto" else "tpe"
+    if size > exhaustive_limit:
+        return fallback, f"auto: the space holds more than {exhaustive_limit:,} strategies (--exhaustive-limit)"
+    return fallback, f"auto: --trials {n_trials} stops short of the space's {size:,} strategies"
+
+
 def run_search(problem: SearchProblem, *, sampler: str = "tpe", objective: str = "time",
                n_trials: int | None = None, seed: int = 0, profile_dir: str | Path | None = None,
                storage: str | None = None, study_name: str | None = None, n_jobs: int = 1,
                evaluator: Evaluator | None = None, on_trial: TrialCallback | None = None,
-               starts: Sequence[Strategy] = ()) -> SearchResult:
+               starts: Sequence[Strategy] = (), exhaustive_limit: int = DEFAULT_EXHAUSTIVE_LIMIT) -> SearchResult:
     """Search ``problem`` and return every evaluation with the time it took.
 
     Parameters
     ----------
     problem : SearchProblem
-    sampler : {"tpe", "nsga2", "exhaustive"}
+    sampler : {"auto", "tpe", "nsga2", "exhaustive"}
+        ``auto``: the exhaustive sweep up to ``exhaustive_limit`` strategies, else TPE / NSGA-II
+        (:func:`resolve_sampler`).
     objective : {"time", "pareto"}
         Minimise step time, or find the (step time, peak memory) front.
     n_trials : int, optional
@@ -78,10 +101,13 @@ def run_search(problem: SearchProblem, *, sampler: str = "tpe", objective: str =
     SpecError
         Before any trial, if the profile, the storage or the space is invalid.
     """
-    searcher = make_searcher(sampler, objective=objective, seed=seed, n_jobs=n_jobs)
+    if sampler != "auto":
+        make_searcher(sampler, objective=objective, seed=seed, n_jobs=n_jobs)  # a bad name: one error, first
     with threadpool_limits(limits=1):
         start = time.perf_counter()
         space = build_space(problem)
+        sampler, reason = resolve_sampler(sampler, space, objective, n_trials, exhaustive_limit)
+        searcher = make_searcher(sampler, objective=objective, seed=seed, n_jobs=n_jobs)
         evaluator = evaluator or Evaluator(problem, profile_dir)
         evaluator.timer  # noqa: B018 - load the profile once, before any trial: a bad one is one error
         study = open_study(storage, study_name, searcher.directions, searcher.make_sampler())
@@ -89,7 +115,8 @@ def run_search(problem: SearchProblem, *, sampler: str = "tpe", objective: str =
                                       starts=starts)
         elapsed = time.perf_counter() - start
     return SearchResult(problem=problem, evaluations=tuple(evaluations), sampler=sampler, objective=objective,
-                        elapsed_s=elapsed, profile_dir=evaluator.profile_dir, evaluator=evaluator)
+                        elapsed_s=elapsed, profile_dir=evaluator.profile_dir, evaluator=evaluator,
+                        sampler_reason=reason)
 
 
 # -- when nothing fits ----------------------------------------------------------------------------

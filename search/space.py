@@ -525,11 +525,17 @@ class StrategySpace:
     @property
     def size(self) -> int:
         """Number of legal strategies."""
+        return self.size_at_most(None)
+
+    def size_at_most(self, limit: int | None) -> int:
+        """Number of legal strategies, counted only until it exceeds ``limit`` (then some number above it)."""
         total, fw = 0, self.problem.framework
         for layout in self.layouts:
             picked = dict(zip(LAYOUT_KNOBS, layout))
             total += math.prod(sum(not setting_conflicts(picked, k, v, fw) for v in values)
                                for k, values in self.settings)
+            if limit is not None and total > limit:
+                break
         return total
 
     def strategy(self, values: Mapping[str, Any]) -> Strategy:

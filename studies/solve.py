@@ -25,6 +25,7 @@ from threadpoolctl import threadpool_limits
 
 from costmodel.specs.errors import SpecError
 from search import Evaluator, SearchResult, build_space, contract_prediction, explain_infeasible, make_searcher
+from search.run import resolve_sampler
 from search import strategy_label as label_of
 from studies.problems import Problem, profile_hash
 from studies.result import ProblemResult
@@ -48,20 +49,21 @@ def search(problem: Problem) -> tuple[SearchResult, tuple[optuna.trial.FrozenTri
     TODO(search): ``run_search(..., study=...)`` or returning the study would let this call it directly.
     """
     settings = problem.search
-    searcher = make_searcher(settings.sampler, objective=settings.objective, seed=settings.seed, n_jobs=1)
     with threadpool_limits(limits=1):
         start = time.perf_counter()
         sp = problem.search_problem()
         space = build_space(sp)
+        sampler, reason = resolve_sampler(settings.sampler, space, settings.objective, settings.trials)
+        searcher = make_searcher(sampler, objective=settings.objective, seed=settings.seed, n_jobs=1)
         evaluator = Evaluator(sp, settings.profile)
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "study created" line per problem
         directions = [optuna.study.StudyDirection[d.upper()] for d in searcher.directions]
         study = optuna.create_study(directions=directions, sampler=searcher.make_sampler())
         evaluations = searcher.search(space, evaluator, n_trials=settings.trials, study=study)
         elapsed = time.perf_counter() - start
-    result = SearchResult(problem=sp, evaluations=tuple(evaluations), sampler=settings.sampler,
+    result = SearchResult(problem=sp, evaluations=tuple(evaluations), sampler=sampler,
                           objective=settings.objective, elapsed_s=elapsed, profile_dir=evaluator.profile_dir,
-                          evaluator=evaluator)
+                          evaluator=evaluator, sampler_reason=reason)
     trials = tuple(t for t in study.get_trials(deepcopy=False) if t.state.is_finished())
     return result, trials, tuple(searcher.directions)
 

@@ -67,8 +67,9 @@ class SearchSettings(SearchBounds):
 
     Parameters
     ----------
-    sampler : {"tpe", "nsga2", "exhaustive"}
-        Default ``nsga2`` for the ``pareto`` objective, else ``tpe``.
+    sampler : {"auto", "tpe", "nsga2", "exhaustive"}
+        Default ``tpe`` (``nsga2`` for the ``pareto`` objective); ``auto`` sweeps a problem whose space is small
+        enough and runs TPE / NSGA-II on the others (``search.run.resolve_sampler``).
     objective : {"time", "pareto"}
         Fastest step, or the step-time vs peak-memory front.
     trials : int, optional
@@ -105,7 +106,7 @@ class SearchSettings(SearchBounds):
             require_int("search.trials", self.trials)
         require_int("search.seed", self.seed, minimum=0)
         self.check_bounds("search.")
-        if self.sampler != "exhaustive" and (self.sampler == "nsga2") != (self.objective == "pareto"):
+        if self.sampler not in ("exhaustive", "auto") and (self.sampler == "nsga2") != (self.objective == "pareto"):
             raise SpecError("search.sampler", self.sampler,
                             "nsga2 or exhaustive for objective pareto, tpe or exhaustive for objective time")
 
