@@ -8,6 +8,7 @@ gradient-boosting call went from 1 ms to 1.2 s with the default pool).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -16,9 +17,11 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
-from constraints import check
+from constraints.table import check_table
 from costmodel.specs.errors import SpecError
+from costmodel.specs.gpu import GiB
 from costmodel.specs.strategy import Strategy
+from costmodel.specs.strategy_table import StrategyTable
 from search.objective import OBJECTIVES, Evaluation, Evaluator
 from search.result import SearchResult
 from search.samplers import SAMPLERS, BaseSearcher, ExhaustiveSearcher, NSGAIISearcher, TPESearcher
@@ -223,13 +226,21 @@ def _first_fitting(problem: SearchProblem) -> Evaluation | None:
         space = build_space(problem)
     except SpecError:
         return None
-    margin = problem.memory_margin
-    for strategy in _memory_friendly_order(space):
-        verdict = check(problem.run(strategy), margin)
-        if verdict.fits:
-            return Evaluation(strategy, (), verdict.peak_memory_gib, verdict.usable_bytes / 2**30,
-                              memory_margin=margin)
+    margin, ordered, size = problem.memory_margin, _memory_friendly_order(space), _FIRST_CHUNK
+    while strategies := list(itertools.islice(ordered, size)):
+        # one table per chunk (constraints.table): the same verdicts as checking each, in the same order
+        verdict = check_table(problem.run(strategies[0]), StrategyTable(strategies), margin)
+        for row, strategy in enumerate(strategies):
+            if verdict.fits(row):
+                return Evaluation(strategy, (), float(verdict.peak_bytes[row] / GiB), verdict.usable_bytes / GiB,
+                                  memory_margin=margin)
+        size *= 4
     return None
+
+
+_FIRST_CHUNK = 64
+"""Strategies :func:`first_fitting` checks in its first table (most counts fit among the first few); each
+next table holds four times as many, so a count where nothing fits is checked in a few large tables."""
 
 
 def _fits_on(problem: SearchProblem, count: int) -> Evaluation | None:
