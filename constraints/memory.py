@@ -77,6 +77,7 @@ checks both.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from constraints.cuda_graphs import private_pool_bytes, static_batch_bytes, static_input_bytes
 from constraints.workspace import userbuffer_bytes
@@ -121,8 +122,8 @@ class StageMemory:
 
     @property
     def total_bytes(self) -> float:
-        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes
-                + self.activations_bytes + self.other_bytes)
+        return stage_total_bytes(self.weights_bytes, self.grads_bytes, self.optimizer_bytes, self.activations_bytes,
+                                 self.other_bytes)
 
     def as_gib(self) -> dict[str, float]:
         """The contract's ``memory`` mapping, in GiB."""
@@ -133,6 +134,11 @@ class StageMemory:
             "activations_gib": self.activations_bytes / GiB,
             "other_gib": self.other_bytes / GiB,
         }
+
+
+def stage_total_bytes(weights: Any, grads: Any, optimizer: Any, activations: Any, other: Any) -> Any:
+    """A stage's peak: its terms added in this order (floats, or numpy arrays of them in ``constraints.table``)."""
+    return weights + grads + optimizer + activations + other
 
 
 # -- parameters per GPU ---------------------------------------------------------

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from constraints import check
-from constraints.table import check_table
+from constraints.table import check_many
 from constraints.oom import oom_probability
 from costmodel.llm.compute import distinct_stages, stage_ops_key
 from costmodel.llm.decompose import stage_ops
@@ -34,7 +34,6 @@ from costmodel.predict import timer_for
 from costmodel.specs.gpu import GiB, GPUSpec
 from costmodel.specs.runspec import RunSpec
 from costmodel.specs.strategy import Strategy
-from costmodel.specs.strategy_table import StrategyTable
 from costmodel.llm.step import predict_step, throughput
 from costmodel.timing import OperatorTimer
 from search.space import LAYOUT_KNOBS, SearchProblem, StrategySpace, nearest
@@ -175,12 +174,12 @@ class Evaluator:
         return check(self.problem.run(strategy), self.problem.memory_margin).fits
 
     def evaluate_many(self, strategies: Iterable[Strategy]) -> list[Evaluation]:
-        """Evaluate ``strategies``: rules and memory over them as one table (``constraints.table``), then
+        """Evaluate ``strategies``: rules and memory over them at once (``constraints.table.check_many``), then
         the operators of all the feasible ones timed in one batch, then each step time."""
         strategies = list(strategies)
         fresh = [s for s in dict.fromkeys(strategies) if s not in self.cache]
         if fresh:
-            verdict = check_table(self.problem.run(fresh[0]), StrategyTable(fresh), self.problem.memory_margin)
+            verdict = check_many(self.problem.run(fresh[0]), fresh, self.problem.memory_margin)
             runs = [self.problem.run(s) for s in fresh]
             prewarm([run for row, run in enumerate(runs) if verdict.fits(row)], self.timer)
             for row, run in enumerate(runs):

@@ -17,11 +17,10 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
-from constraints.table import check_table
-from costmodel.specs.errors import SpecError
+from constraints.table import check_many
+from costmodel.specs.errors import SpecError, require_int
 from costmodel.specs.gpu import GiB
 from costmodel.specs.strategy import Strategy
-from costmodel.specs.strategy_table import StrategyTable
 from search.objective import OBJECTIVES, Evaluation, Evaluator
 from search.result import SearchResult
 from search.samplers import SAMPLERS, BaseSearcher, ExhaustiveSearcher, NSGAIISearcher, TPESearcher
@@ -54,15 +53,19 @@ def resolve_sampler(sampler: str, space: StrategySpace, objective: str = "time",
     problem's pick is its exact optimum; larger spaces get TPE (NSGA-II for the Pareto objective)."""
     if sampler != "auto":
         return sampler, ""
-    if exhaustive_limit < 0:
-        raise SpecError("exhaustive_limit", exhaustive_limit, "an integer >= 0")
+    require_int("exhaustive_limit", exhaustive_limit, minimum=0)
     size = space.size_at_most(exhaustive_limit)
     if size <= exhaustive_limit and (n_trials is None or n_trials >= size):
         return "exhaustive", f"auto: the space holds {size:,} strategies (at most {exhaustive_limit:,} are swept)"
-    fallback = "nsga2" if objective == "pareto" else "tpe"
+    fallback = _auto_fallback(objective)
     if size > exhaustive_limit:
-        return fallback, f"auto: the space holds more than {exhaustive_limit:,} strategies (--exhaustive-limit)"
-    return fallback, f"auto: --trials {n_trials} stops short of the space's {size:,} strategies"
+        return fallback, f"auto: the space holds more than {exhaustive_limit:,} strategies, the exhaustive limit"
+    return fallback, f"auto: a budget of {n_trials} trials stops short of the space's {size:,} strategies"
+
+
+def _auto_fallback(objective: str) -> str:
+    """What ``auto`` runs on a space too large to sweep: NSGA-II for the Pareto front, else TPE."""
+    return "nsga2" if objective == "pareto" else "tpe"
 
 
 def run_search(problem: SearchProblem, *, sampler: str = "tpe", objective: str = "time",
@@ -104,8 +107,9 @@ def run_search(problem: SearchProblem, *, sampler: str = "tpe", objective: str =
     SpecError
         Before any trial, if the profile, the storage or the space is invalid.
     """
-    if sampler != "auto":
-        make_searcher(sampler, objective=objective, seed=seed, n_jobs=n_jobs)  # a bad name: one error, first
+    # a bad name or objective: one error, before the space is built (auto checked as what it may become)
+    make_searcher(_auto_fallback(objective) if sampler == "auto" else sampler, objective=objective, seed=seed,
+                  n_jobs=n_jobs)
     with threadpool_limits(limits=1):
         start = time.perf_counter()
         space = build_space(problem)
@@ -228,8 +232,8 @@ def _first_fitting(problem: SearchProblem) -> Evaluation | None:
         return None
     margin, ordered, size = problem.memory_margin, _memory_friendly_order(space), _FIRST_CHUNK
     while strategies := list(itertools.islice(ordered, size)):
-        # one table per chunk (constraints.table): the same verdicts as checking each, in the same order
-        verdict = check_table(problem.run(strategies[0]), StrategyTable(strategies), margin)
+        # the same verdicts as checking each (constraints.table.check_many), in the same order
+        verdict = check_many(problem.run(strategies[0]), strategies, margin)
         for row, strategy in enumerate(strategies):
             if verdict.fits(row):
                 return Evaluation(strategy, (), float(verdict.peak_bytes[row] / GiB), verdict.usable_bytes / GiB,

@@ -97,6 +97,7 @@ def solve(problem: Problem, top_k: int = 5, worker: str = "") -> Solved:
         row = {"status": "error", "reason": f"{type(exc).__name__}: {exc} (at {_where(exc)})"}
     counts: dict[str, Any] = {"trials": result.trials, "distinct": len(result.distinct),
                               "feasible": len(result.feasible)}
+    base["sampler"] = result.sampler  # what ran: auto resolves per problem (search.run.resolve_sampler)
     return Solved(ProblemResult(**_times(start, cpu), **base, **counts, **row), trials, directions)
 
 

@@ -108,7 +108,8 @@ class SearchSettings(SearchBounds):
         self.check_bounds("search.")
         if self.sampler not in ("exhaustive", "auto") and (self.sampler == "nsga2") != (self.objective == "pareto"):
             raise SpecError("search.sampler", self.sampler,
-                            "nsga2 or exhaustive for objective pareto, tpe or exhaustive for objective time")
+                            "nsga2, exhaustive or auto for objective pareto, tpe, exhaustive or auto for objective "
+                            "time")
 
     def to_dict(self) -> dict[str, Any]:
         return {"sampler": self.sampler, "objective": self.objective, "trials": self.trials, "seed": self.seed,

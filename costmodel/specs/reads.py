@@ -2,7 +2,7 @@
 
 A mechanism (a memory term, a legality rule) is a scalar function of a run. It declares the strategy
 fields it reads with :func:`reads`; evaluated on a :class:`ReadsView`, reading any other field raises
-``AttributeError``, also inside the derived properties (``num_microbatches`` reads
+:class:`UndeclaredRead`, also inside the derived properties (``num_microbatches`` reads
 ``global_batch_size``, ``micro_batch_size`` and ``dp``). So a result is the same for every strategy
 that shares the declared fields' values, and ``costmodel.specs.strategy_table`` evaluates a whole
 table of strategies once per distinct combination of them. No numpy here: the rules and the memory
@@ -39,8 +39,17 @@ def reads(*fields: str) -> Callable[[F], F]:
     return declare
 
 
+class UndeclaredRead(LookupError):
+    """A mechanism read a strategy field it does not declare (not an ``AttributeError``, so that ``hasattr``
+    and ``getattr`` with a default cannot swallow it)."""
+
+
 class ReadsView:
-    """A strategy through which only the fields ``allowed`` can be read (derived properties included)."""
+    """A strategy through which only the fields ``allowed`` can be read (derived properties included).
+
+    What the guard cannot see: a view is not a ``Strategy`` (``isinstance``), hashes by identity and is
+    compared by identity, so a mechanism must read a strategy through its attributes only.
+    """
 
     __slots__ = ("_strategy", "_allowed")
 
@@ -51,10 +60,8 @@ class ReadsView:
     def __getattr__(self, name: str) -> Any:
         if name in self._allowed:
             return getattr(self._strategy, name)
-        if name in _DERIVED:  # its property raised on an undeclared field: raise that error, not this name
-            return getattr(Strategy, name).fget(self)
         if name in Strategy.__dataclass_fields__:
-            raise AttributeError(f"strategy.{name} is read but not declared (declared: "
+            raise UndeclaredRead(f"strategy.{name} is read but not declared (declared: "
                                  f"{', '.join(sorted(self._allowed))}): add it to the function's reads()")
         raise AttributeError(name)
 

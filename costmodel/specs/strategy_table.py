@@ -34,7 +34,6 @@ class StrategyTable:
     def __init__(self, strategies: Iterable[Strategy]) -> None:
         self.strategies: tuple[Strategy, ...] = tuple(strategies)
         self._codes: dict[str, tuple[np.ndarray, tuple[Any, ...]]] = {}
-        self._memo: dict[Hashable, Any] = {}
 
     def __len__(self) -> int:
         return len(self.strategies)
@@ -43,11 +42,12 @@ class StrategyTable:
         """Per row, the index of its value of ``field`` in the distinct values (the second item)."""
         hit = self._codes.get(field)
         if hit is None:
-            column = list(map(attrgetter(field), self.strategies))
-            values = tuple(dict.fromkeys(column))
-            index = {v: i for i, v in enumerate(values)}
+            # keyed by type too: 1 and 1.0 (a capacity factor given either way) hash alike but are two values
+            column = [(v.__class__, v) for v in map(attrgetter(field), self.strategies)]
+            typed = tuple(dict.fromkeys(column))
+            index = {v: i for i, v in enumerate(typed)}
             codes = np.fromiter(map(index.__getitem__, column), dtype=np.int64, count=len(column))
-            hit = self._codes[field] = (codes, values)
+            hit = self._codes[field] = (codes, tuple(v for _, v in typed))
         return hit
 
     def rows_where(self, field: str, keep: Callable[[Any], bool], rows: np.ndarray | None = None) -> np.ndarray:
@@ -76,24 +76,25 @@ class StrategyTable:
         return rows[first[order]], rank[inverse.reshape(-1)]
 
     def evaluate(self, fn: Callable[[ReadsView], Any], fields: frozenset[str], rows: np.ndarray | None = None,
-                 key: Hashable = None) -> tuple[list[Any], np.ndarray]:
+                 memo: dict[Hashable, Any] | None = None, key: Hashable = None) -> tuple[list[Any], np.ndarray]:
         """``fn`` of every row of ``rows`` (default all): (one result per group, group of each row).
 
         ``fn`` is called once per distinct combination of ``fields``, on a :class:`ReadsView` of the
-        group's first row that reads ``fields`` only. With a ``key`` (naming ``fn`` and any other
-        argument it takes) results are kept on the table and reused by later calls with the same key.
+        group's first row that reads ``fields`` only. With a ``memo`` (the caller's, for one run) and a
+        ``key`` naming ``fn`` and every other argument it takes, results are kept in ``memo`` and reused
+        by later calls with the same key, also for other rows of this table.
         """
         first, group = self.groups(fields, rows)
-        if key is None:
+        if memo is None:
             return [fn(ReadsView(self.strategies[i], fields)) for i in first], group
         ordered = sorted(fields)
         columns = [self.codes(f)[0] for f in ordered]
         values = []
         for i in first:
             memo_key = (key, tuple(ordered), tuple(int(c[i]) for c in columns))
-            hit = self._memo.get(memo_key, _MISSING)
+            hit = memo.get(memo_key, _MISSING)
             if hit is _MISSING:
-                hit = self._memo[memo_key] = fn(ReadsView(self.strategies[i], fields))
+                hit = memo[memo_key] = fn(ReadsView(self.strategies[i], fields))
             values.append(hit)
         return values, group
 

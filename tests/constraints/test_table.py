@@ -17,10 +17,10 @@ import pytest
 from constraints import check
 from constraints.memory import EAGER_BUFFERS, cuda_graph_bytes, layer_activation_bytes, model_state_bytes
 from constraints.rules import RULES
-from constraints.table import check_table
+from constraints.table import TABLE_MIN_ROWS, check_many, check_table
 from costmodel.specs import get_gpu, get_model
 from costmodel.specs.framework import get_framework
-from costmodel.specs.reads import ReadsView, reads
+from costmodel.specs.reads import ReadsView, UndeclaredRead, reads
 from costmodel.specs.strategy import Strategy
 from costmodel.specs.strategy_table import StrategyTable
 from search import SearchProblem, build_space
@@ -54,10 +54,10 @@ def _problem(spec: dict) -> SearchProblem:
 
 
 def _sample(space: StrategySpace, rows: int) -> list[Strategy]:
-    """Every strategy of an evenly spaced subset of the layouts, about ``rows`` of them (MoE spaces hold
-    millions)."""
-    stride = max(1, space.size // rows)
-    return list(replace(space, layouts=space.layouts[::stride]))
+    """About ``rows`` strategies: every 7th of an evenly spaced subset of the layouts (MoE spaces hold millions;
+    the stride over rows keeps many layouts in)."""
+    stride = max(1, space.size // (7 * rows))
+    return list(replace(space, layouts=space.layouts[::stride]))[::7]
 
 
 def _assert_same_verdicts(problem: SearchProblem, strategies: list[Strategy]) -> int:
@@ -114,10 +114,15 @@ def test_an_undeclared_read_is_refused_not_grouped_over() -> None:
     strategy = Strategy(tp=2, dp=4, micro_batch_size=2, global_batch_size=64)
     view = ReadsView(strategy, frozenset({"tp", "micro_batch_size"}))
     assert view.tp == 2 and view.micro_batch_size == 2
-    with pytest.raises(AttributeError, match="strategy.dp is read but not declared"):
+    with pytest.raises(UndeclaredRead, match="strategy.dp is read but not declared"):
         view.dp  # noqa: B018
-    with pytest.raises(AttributeError, match="global_batch_size"):  # through a derived property
+    with pytest.raises(UndeclaredRead, match="global_batch_size"):  # through a derived property
         view.num_microbatches  # noqa: B018
+    with pytest.raises(UndeclaredRead):  # not an AttributeError: hasattr and getattr's default do not hide it
+        hasattr(view, "zero_stage")
+    with pytest.raises(UndeclaredRead):
+        getattr(view, "zero_stage", 1)
+    assert not hasattr(view, "no_such_field")
     assert ReadsView(strategy, frozenset({"global_batch_size", "micro_batch_size", "dp"})).num_microbatches == 8
     changed = view.replaced(recompute="full")
     assert changed.recompute == "full" and changed.tp == 2
@@ -127,7 +132,7 @@ def test_an_undeclared_read_is_refused_not_grouped_over() -> None:
         return v.tp * v.dp
 
     table = StrategyTable([strategy, Strategy(tp=2, dp=8, global_batch_size=64)])
-    with pytest.raises(AttributeError, match="strategy.dp"):
+    with pytest.raises(UndeclaredRead, match="strategy.dp"):
         table.evaluate(leaky, leaky.reads)  # type: ignore[attr-defined]
 
 
@@ -146,14 +151,46 @@ def test_evaluate_calls_once_per_distinct_combination_in_table_order() -> None:
     assert [values[g] for g in group] == [10 * s.tp for s in strategies]
     first, group2 = table.groups({"tp", "dp"})
     assert len(first) == 6 and list(group2[:4]) == [0, 0, 1, 1]
-    table.evaluate(per_tp, frozenset({"tp"}), key="tp")
-    table.evaluate(per_tp, frozenset({"tp"}), key="tp")
-    assert calls == [4, 1, 2] * 2  # the keyed calls ran once, the second one from the table's memo
+    memo: dict = {}
+    table.evaluate(per_tp, frozenset({"tp"}), memo=memo, key="tp")
+    table.evaluate(per_tp, frozenset({"tp"}), memo=memo, key="tp")
+    assert calls == [4, 1, 2] * 2  # the memoised calls ran once, the second time from the caller's memo
+
+
+def test_a_table_checked_against_two_runs_gets_each_runs_verdicts() -> None:
+    """Nothing of one run's check is kept on the table for the next (the memo is the call's own)."""
+    long, short = _problem(SPACES["dense-h100"]), replace(_problem(SPACES["dense-h100"]), seq_length=2048)
+    strategies = _sample(build_space(long), 300)
+    table = StrategyTable(strategies)
+    for problem in (long, short):
+        verdict = check_table(problem.run(strategies[0]), table)
+        assert [float(b) for b in verdict.peak_bytes] == \
+            [check(problem.run(s)).memory.total_bytes for s in strategies]
+
+
+def test_values_equal_across_types_stay_apart() -> None:
+    """A capacity factor of 1 and of 1.0 are two columns values (equal, but not the same input)."""
+    strategies = [Strategy(tp=1, dp=8, ep=8, global_batch_size=64, moe_capacity_factor=f) for f in (1, 1.0, 1.25, 1)]
+    codes, values = StrategyTable(strategies).codes("moe_capacity_factor")
+    assert list(codes) == [0, 1, 2, 0] and [type(v) for v in values] == [int, float, float]
+    _assert_same_verdicts(_problem(SPACES["moe-h100"]), strategies)
+
+
+def test_check_many_is_check_one_by_one_on_either_side_of_the_table_size() -> None:
+    problem = _problem(SPACES["moe-h100"])
+    strategies = _sample(build_space(problem), 2 * TABLE_MIN_ROWS)
+    for part in (strategies[:TABLE_MIN_ROWS - 1], strategies[:TABLE_MIN_ROWS]):
+        verdict = check_many(problem.run(part[0]), part)
+        alone = [check(problem.run(s)) for s in part]
+        assert verdict.violations == tuple(v.violations for v in alone)
+        assert verdict.peak_bytes.tolist() == [v.memory.total_bytes for v in alone]
+        assert verdict.peak_stage.tolist() == [v.memory.stage for v in alone]
 
 
 def test_evaluate_many_matches_evaluate_one_by_one() -> None:
     problem = _problem(SPACES["fp8-switches-graphs"])
-    strategies = _sample(build_space(problem), 150)
+    strategies = _sample(build_space(problem), 2 * TABLE_MIN_ROWS)  # enough for the table path
+    assert len(strategies) >= TABLE_MIN_ROWS
     batch = Evaluator(problem).evaluate_many(strategies + strategies[:3])  # repeats come from the memo
     alone = [Evaluator(problem).evaluate(s) for s in strategies]
     assert batch[:len(strategies)] == alone and batch[-3:] == alone[:3]

@@ -32,7 +32,7 @@ def test_auto_sweeps_a_space_within_the_limit_and_searches_a_larger_one() -> Non
     assert resolve_sampler("auto", space, "pareto", exhaustive_limit=size - 1)[0] == "nsga2"
     assert resolve_sampler("auto", space, "pareto", exhaustive_limit=size)[0] == "exhaustive"
     sampler, reason = resolve_sampler("auto", space, n_trials=size - 1, exhaustive_limit=size)
-    assert sampler == "tpe" and "--trials" in reason  # a trial budget below the space is kept
+    assert sampler == "tpe" and f"a budget of {size - 1} trials" in reason  # a trial budget below the space is kept
     assert resolve_sampler("tpe", space, exhaustive_limit=10**9) == ("tpe", "")  # a named sampler is kept
     assert space.size_at_most(100) > 100 and space.size_at_most(100) < size  # counting stops early
 
@@ -40,6 +40,13 @@ def test_auto_sweeps_a_space_within_the_limit_and_searches_a_larger_one() -> Non
 def test_auto_is_resolved_before_a_searcher_is_made() -> None:
     with pytest.raises(SpecError, match="resolved against the space"):
         make_searcher("auto")
+    _, space = _space()
+    for bad in (-1, 2.5, "9", True):  # the library call gets the CLI's one-line error
+        with pytest.raises(SpecError, match="exhaustive_limit"):
+            resolve_sampler("auto", space, exhaustive_limit=bad)  # type: ignore[arg-type]
+    problem, _ = _space()
+    with pytest.raises(SpecError, match="objective"):  # before the space is built, as for a named sampler
+        run_search(problem, sampler="auto", objective="speed")
 
 
 def test_auto_finds_the_exact_optimum_of_a_small_space() -> None:
@@ -59,7 +66,7 @@ def test_cli_default_reports_the_sampler_it_chose(capsys: pytest.CaptureFixture[
     assert out["sampler_reason"].startswith("auto: the space holds")
     assert main(["search", *SMALL, "--exhaustive-limit", "100", "--trials", "20"]) == 0
     printed = capsys.readouterr().out
-    assert "tpe (auto: the space holds more than 100 strategies (--exhaustive-limit))" in printed
+    assert "tpe (auto: the space holds more than 100 strategies, the exhaustive limit)" in printed
 
 
 def test_exhaustive_limit_refuses_a_negative_count(capsys: pytest.CaptureFixture[str]) -> None:
