@@ -5,14 +5,15 @@
 bytes, to the last bit. The formulas are the scalar ones. Each rule and each memory term declares
 the strategy fields it reads (``costmodel.specs.reads``) and runs once per distinct combination of
 them (``StrategyTable.evaluate``); numpy adds the terms per row in the order ``StageMemory.total_bytes``
-and ``memory.other_bytes`` add them, and picks each row's peak stage as ``peak_stage_memory`` does. :func:`check_many` is the entry point for
-a list of strategies: a table from ``TABLE_MIN_ROWS`` strategies on, one by one below.
+and ``memory.other_bytes`` add them, and picks each row's peak stage as ``peak_stage_memory`` does.
+:func:`check_many` is the entry point for a list of strategies: a table from ``TABLE_MIN_ROWS``
+strategies on, one by one below.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 import copy
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +84,8 @@ def check_table(run: RunSpec, table: StrategyTable, memory_margin: float = 0.0) 
     return TableVerdict(tuple(map(tuple, found)), peak, stage, usable, memory_margin)
 
 
-def peak_memory(run: RunSpec, table: StrategyTable, memo: dict[Any, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def peak_memory(run: RunSpec, table: StrategyTable,
+                memo: dict[Any, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(peak bytes, peak stage) per row: ``peak_stage_memory(run.with_strategy(row))``'s total and stage.
 
     ``memo`` keeps per-term results between calls for the same ``run`` (a new one when not given)."""
