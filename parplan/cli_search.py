@@ -93,8 +93,8 @@ def register(subparsers: Any) -> None:
                           "strategies, else tpe (nsga2 for --objective pareto); exhaustive sweeps every legal "
                           "strategy")
     how.add_argument("--exhaustive-limit", type=non_negative_int, default=DEFAULT_EXHAUSTIVE_LIMIT, metavar="N",
-                     help=f"largest space --sampler auto sweeps (default {DEFAULT_EXHAUSTIVE_LIMIT:,}: about 10 s "
-                          "on one core)")
+                     help=f"largest space --sampler auto sweeps exactly (default {DEFAULT_EXHAUSTIVE_LIMIT:,}: up to "
+                          "about 15 s on two cores; larger spaces get tpe); several GPU counts share it")
     how.add_argument("--trials", type=positive_int, default=None, help="trials in total (default 200; 300 for nsga2)")
     how.add_argument("--seed", type=seed, default=0)
     how.add_argument("--memory-margin", type=number_in(0.0, MAX_MEMORY_MARGIN, strict=False),
@@ -269,8 +269,9 @@ def _search_command(args: argparse.Namespace) -> int:
     _check_profile(args, first.gpu)
     args.baseline = run
     progress = SearchProgress(sys.stderr, live=None if not args.json else False)
+    # several GPU counts share the exhaustive limit, so a budget over ten counts sweeps no longer than one would
     search = partial(_search_one, args=args, sampler=sampler, objective=objective, many=len(counts) > 1,
-                     progress=progress)
+                     progress=progress, exhaustive_limit=args.exhaustive_limit // len(counts))
     try:
         with threadpool_limits(limits=1):
             if len(counts) == 1 and args.objective != "cost" and args.deadline_days is None:
@@ -293,7 +294,7 @@ def run_search(problem: SearchProblem, **kwargs: Any) -> SearchResult:
 
 
 def _search_one(problem: SearchProblem, *, args: argparse.Namespace, sampler: str, objective: str,
-                many: bool, progress: SearchProgress) -> SearchResult:
+                many: bool, progress: SearchProgress, exhaustive_limit: int) -> SearchResult:
     name = args.study_name
     if name is not None and many:
         name = f"{name}-{problem.num_gpus}gpus"
@@ -302,7 +303,7 @@ def _search_one(problem: SearchProblem, *, args: argparse.Namespace, sampler: st
     starts = () if getattr(args, "baseline", None) is None else (args.baseline.strategy,)
     result = run_search(problem, sampler=sampler, objective=objective, n_trials=args.trials, seed=args.seed,
                         profile_dir=args.profile, storage=args.storage, study_name=name, n_jobs=args.jobs,
-                        on_trial=progress.trial, starts=starts, exhaustive_limit=args.exhaustive_limit)
+                        on_trial=progress.trial, starts=starts, exhaustive_limit=exhaustive_limit)
     progress.finished(result)
     return result
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import optuna
@@ -70,32 +70,53 @@ class ExhaustiveSearcher(BaseSearcher):
             stored = {strategy_from_attrs(t.user_attrs, space) for t in study.get_trials(deepcopy=False)
                       if "strategy" in t.user_attrs}
         jobs = self._workers(len(strategies))
+        total = len(strategies)
+        chunks = _chunks(strategies, jobs)
+        done = 0
+
+        def finished(part: list[Evaluation]) -> list[Evaluation]:
+            nonlocal done
+            done += len(part)
+            if on_trial is not None:  # the progress line moves chunk by chunk
+                on_trial(done, total)
+            return part
+
         if jobs == 1:
-            results = evaluator.evaluate_many(strategies)
+            results = [e for chunk in chunks for e in finished(evaluator.evaluate_many(chunk))]
         else:
-            results = self._parallel(strategies, evaluator, jobs)
+            results = self._parallel(chunks, evaluator, jobs, finished)
         if study is not None:
             _store(study, space, [e for e in results if e.strategy not in stored], self.objective)
-        if on_trial is not None:
-            on_trial(len(results), len(strategies))
+        if on_trial is not None and not chunks:
+            on_trial(0, 0)
         return results
 
     @staticmethod
-    def _parallel(strategies: list[Any], evaluator: Evaluator, jobs: int) -> list[Evaluation]:
+    def _parallel(chunks: list[list[Any]], evaluator: Evaluator, jobs: int,
+                  finished: Callable[[list[Evaluation]], list[Evaluation]]) -> list[Evaluation]:
         global _WORKER
         evaluator.timer  # noqa: B018 - load the profile once, before forking
-        size = -(-len(strategies) // (4 * jobs))
-        chunks = [strategies[i:i + size] for i in range(0, len(strategies), size)]
         _WORKER = evaluator
         try:
             with multiprocessing.get_context("fork").Pool(jobs) as pool:
-                parts = pool.map(_evaluate_chunk, chunks)
+                parts = [finished(part) for part in pool.imap(_evaluate_chunk, chunks)]  # in order
         finally:
             _WORKER = None
         results = [e for part in parts for e in part]
         for e in results:
             evaluator.remember(e)
         return results
+
+
+SWEEP_CHUNKS_PER_JOB = 8
+"""Chunks per process of a sweep: each finished chunk moves the progress line; the table check
+(``constraints.table``) still gets thousands of strategies at once on large spaces."""
+
+
+def _chunks(strategies: list[Any], jobs: int) -> list[list[Any]]:
+    """``strategies`` in order, in about ``SWEEP_CHUNKS_PER_JOB * jobs`` consecutive chunks (none when empty)."""
+    size = max(1, -(-len(strategies) // (SWEEP_CHUNKS_PER_JOB * jobs)))
+    return [strategies[i:i + size] for i in range(0, len(strategies), size)]
 
 
 def _store(study: Any, space: StrategySpace, evaluations: list[Evaluation], objective: str) -> None:

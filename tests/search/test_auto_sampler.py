@@ -74,3 +74,11 @@ def test_exhaustive_limit_refuses_a_negative_count(capsys: pytest.CaptureFixture
         main(["search", *SMALL, "--exhaustive-limit", "-3"])
     assert exit_info.value.code == 2
     assert "--exhaustive-limit" in capsys.readouterr().err
+
+
+def test_a_sweep_reports_progress_chunk_by_chunk() -> None:
+    problem, space = _space()
+    seen: list[tuple[int, int | None]] = []
+    run_search(problem, sampler="exhaustive", on_trial=lambda done, total: seen.append((done, total)))
+    assert len(seen) > 1 and seen[-1] == (space.size, space.size)
+    assert all(a[0] < b[0] for a, b in zip(seen, seen[1:]))  # it only moves forward
