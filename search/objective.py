@@ -179,8 +179,8 @@ class Evaluator:
         strategies = list(strategies)
         fresh = [s for s in dict.fromkeys(strategies) if s not in self.cache]
         if fresh:
-            verdict = check_many(self.problem.run(fresh[0]), fresh, self.problem.memory_margin)
             runs = [self.problem.run(s) for s in fresh]
+            verdict = check_many(runs[0], fresh, self.problem.memory_margin)
             prewarm([run for row, run in enumerate(runs) if verdict.fits(row)], self.timer)
             for row, run in enumerate(runs):
                 self.cache[run.strategy] = self._finish(run, verdict.violations[row], verdict.peak_bytes[row],

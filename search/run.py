@@ -25,25 +25,30 @@ from search.objective import OBJECTIVES, Evaluation, Evaluator
 from search.result import SearchResult
 from search.samplers import SAMPLERS, BaseSearcher, ExhaustiveSearcher, NSGAIISearcher, TPESearcher
 from search.samplers._base import TrialCallback
-from search.space import LAYOUT_KNOBS, SearchProblem, StrategySpace, build_space
 from search.choices import DEFAULT_EXHAUSTIVE_LIMIT
+from search.space import LAYOUT_KNOBS, SearchProblem, StrategySpace, build_space
 from search.storage import open_study
 
 
 def make_searcher(sampler: str = "tpe", *, objective: str = "time", seed: int = 0, n_jobs: int = 1) -> BaseSearcher:
     """The searcher named ``sampler`` for ``objective`` (``time`` or ``pareto``); ``auto`` is resolved first
     (:func:`resolve_sampler`)."""
+    check_sampler(sampler, objective)
+    if sampler == "exhaustive":
+        return ExhaustiveSearcher(n_jobs=n_jobs, objective=objective)
+    return NSGAIISearcher(seed=seed) if sampler == "nsga2" else TPESearcher(seed=seed)
+
+
+def check_sampler(sampler: str, objective: str) -> None:
+    """A one-line error unless ``sampler`` is a searcher that runs ``objective`` (``auto`` is resolved first)."""
     if sampler not in SAMPLERS or sampler == "auto":
         raise SpecError("sampler", sampler, "one of " + ", ".join(s for s in SAMPLERS if s != "auto")
                         + " (auto is resolved against the space first: resolve_sampler)")
     if objective not in OBJECTIVES:
         raise SpecError("objective", objective, "one of " + ", ".join(OBJECTIVES))
-    if sampler == "exhaustive":
-        return ExhaustiveSearcher(n_jobs=n_jobs, objective=objective)
-    if (sampler == "nsga2") != (objective == "pareto"):
+    if sampler != "exhaustive" and (sampler == "nsga2") != (objective == "pareto"):
         raise SpecError("sampler", sampler, "nsga2 or exhaustive for the pareto objective, tpe or exhaustive "
                                             "for the time objective")
-    return NSGAIISearcher(seed=seed) if sampler == "nsga2" else TPESearcher(seed=seed)
 
 
 def resolve_sampler(sampler: str, space: StrategySpace, objective: str = "time", n_trials: int | None = None,
@@ -108,8 +113,7 @@ def run_search(problem: SearchProblem, *, sampler: str = "tpe", objective: str =
         Before any trial, if the profile, the storage or the space is invalid.
     """
     # a bad name or objective: one error, before the space is built (auto checked as what it may become)
-    make_searcher(_auto_fallback(objective) if sampler == "auto" else sampler, objective=objective, seed=seed,
-                  n_jobs=n_jobs)
+    check_sampler(_auto_fallback(objective) if sampler == "auto" else sampler, objective)
     with threadpool_limits(limits=1):
         start = time.perf_counter()
         space = build_space(problem)
@@ -243,8 +247,8 @@ def _first_fitting(problem: SearchProblem) -> Evaluation | None:
 
 
 _FIRST_CHUNK = 64
-"""Strategies :func:`first_fitting` checks in its first table (most counts fit among the first few); each
-next table holds four times as many, so a count where nothing fits is checked in a few large tables."""
+"""Strategies :func:`first_fitting` checks in its first batch (most counts fit among the first few, checked one by
+one); each next batch holds four times as many, so a count where nothing fits is checked in a few large tables."""
 
 
 def _fits_on(problem: SearchProblem, count: int) -> Evaluation | None:

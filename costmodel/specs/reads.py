@@ -22,8 +22,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 LAYOUT_FIELDS = ("pp", "vpp", "pipeline_layout", "first_stage_layers", "last_stage_layers",
                  "account_for_embedding", "account_for_loss")
 """What ``costmodel.specs.layout.layout_of`` reads: the pipeline layout's fields."""
-_DERIVED = ("model_parallel_size", "world_size", "num_microbatches", "shard_group_size", "shard_replicas",
-            "pipeline_parameter_copies", "expert_tensor_parallel_size", "expert_data_parallel_size")
+_DERIVED = tuple(name for name, value in vars(Strategy).items() if isinstance(value, property))
+"""Strategy's derived properties (``num_microbatches`` ...), which a view computes through its guarded fields."""
 
 
 def reads(*fields: str) -> Callable[[F], F]:
@@ -83,5 +83,3 @@ def replaced(strategy: Strategy | ReadsView, **changes: Any) -> Any:
     if isinstance(strategy, ReadsView):
         return strategy.replaced(**changes)
     return replace(strategy, **changes)
-
-
