@@ -298,7 +298,7 @@ def group_placement(kind: str, strategy: Strategy, cluster: ClusterSpec,
     return _checked_placement(kind, _layout(strategy), cluster, order, stage)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=65536)
 def _checked_placement(kind: str, layout: _Layout, cluster: ClusterSpec, order: str,
                        stage: int | None) -> GroupPlacement:
     """``group_placement`` of a layout, after its checks (an error is raised again on every call: not cached)."""

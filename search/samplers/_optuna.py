@@ -153,8 +153,10 @@ class OptunaSearcher(BaseSearcher):
                 on_trial(finished(work), total)
 
         def optimize(n_trials: int) -> None:
+            # Optuna deep-copies every finished trial for its callbacks: none unless something reads it
+            callbacks = [finished_one] if store is not None or on_trial is not None else None
             if n_trials > 0:
-                study.optimize(objective, n_trials=n_trials, gc_after_trial=False, callbacks=[finished_one])
+                study.optimize(objective, n_trials=n_trials, gc_after_trial=False, callbacks=callbacks)
 
         return optimize
 
