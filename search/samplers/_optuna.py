@@ -152,9 +152,10 @@ class OptunaSearcher(BaseSearcher):
             if on_trial is not None:
                 on_trial(finished(work), total)
 
+        # Optuna deep-copies every finished trial for its callbacks: none unless something reads it
+        callbacks = [finished_one] if store is not None or on_trial is not None else None
+
         def optimize(n_trials: int) -> None:
-            # Optuna deep-copies every finished trial for its callbacks: none unless something reads it
-            callbacks = [finished_one] if store is not None or on_trial is not None else None
             if n_trials > 0:
                 study.optimize(objective, n_trials=n_trials, gc_after_trial=False, callbacks=callbacks)
 
