@@ -27,7 +27,7 @@ from typing import Any
 from constraints import check
 from constraints.table import check_many
 from constraints.oom import oom_probability
-from costmodel.llm.compute import distinct_stages, stage_ops_key
+from costmodel.llm.compute import distinct_stages, stage_ops_key, stage_totals
 from costmodel.llm.decompose import stage_ops
 from costmodel.ops import Op
 from costmodel.predict import timer_for
@@ -201,15 +201,17 @@ def prewarm(runs: Iterable[RunSpec], timer: OperatorTimer) -> None:
     ``stage_ops_key`` have equal operators, so each is decomposed once.
     """
     ops: dict[Op, None] = {}
-    seen = set(timer.stage_memo)
+    by_key: dict[tuple[Any, ...], list[Op]] = {}
     for run in runs:
         for stage in distinct_stages(run.strategy.pp):
             key = stage_ops_key(run, stage)
-            if key not in seen:
-                seen.add(key)
-                ops.update(dict.fromkeys(stage_ops(run, stage)))
+            if key not in by_key and key not in timer.stage_memo:
+                by_key[key] = stage_ops(run, stage)
+                ops.update(dict.fromkeys(by_key[key]))
     if ops:
         timer.time_ops(list(ops))
+    for key, stage_op_list in by_key.items():  # what stage_compute would time again, from the memo now
+        timer.stage_memo[key] = stage_totals(timer, stage_op_list)
 
 
 # -- Optuna glue ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from costmodel.comm.placement import (
     GROUP_KINDS,
     GroupPlacement,
     group_placement,
+    pipeline_placements,
     scale_up_domain_size,
 )
 
@@ -26,5 +27,6 @@ __all__ = [
     "group_placement",
     "link_figures",
     "nccl_algorithm",
+    "pipeline_placements",
     "scale_up_domain_size",
 ]

@@ -32,7 +32,7 @@ from costmodel.specs.gpu import ClusterSpec
 from costmodel.specs.strategy import Strategy
 
 __all__ = ["DEFAULT_ORDER", "GROUP_KINDS", "GroupPlacement", "gpus_per_domain_used", "group_placement",
-           "group_ranks", "scale_up_domain_size"]
+           "group_ranks", "pipeline_placements", "scale_up_domain_size"]
 
 DEFAULT_ORDER: Final = "tp-cp-ep-dp-pp"  # Megatron-Core initialize_model_parallel(order=...) default
 GROUP_KINDS: Final = ("tp", "cp", "dp", "pp", "dp_cp", "ep", "edp", "etp", "tp_ep", "dp_shard", "dp_replicate")
@@ -294,8 +294,37 @@ def group_placement(kind: str, strategy: Strategy, cluster: ClusterSpec,
     -------
     GroupPlacement
     """
-    # a search asks for the same few placements of thousands of strategies: checks run on a miss only
-    return _checked_placement(kind, _layout(strategy), cluster, order, stage)
+    # One step-time prediction asks its strategy for 10-150 placements in a row, many of them twice:
+    # the last (strategy, cluster) keeps its answers (replaced as one tuple, so threads never share
+    # a dict of another strategy's); a search asks for the same few placements of thousands of
+    # strategies, so a miss here is a hit of ``_checked_placement`` (checks run on its misses only).
+    global _LAST_ASKED
+    last = _LAST_ASKED
+    if last[0] is not strategy or last[1] is not cluster:
+        last = _LAST_ASKED = (strategy, cluster, _layout(strategy), {})
+    key = (kind, order, stage)
+    hit = last[3].get(key)
+    if hit is None:
+        hit = _checked_placement(kind, last[2], cluster, order, stage)
+        last[3][key] = hit
+    return hit
+
+
+def pipeline_placements(kinds: tuple[str, ...], strategy: Strategy, cluster: ClusterSpec,
+                        order: str = DEFAULT_ORDER) -> tuple[tuple[GroupPlacement, ...], ...]:
+    """``group_placement`` of each of ``kinds`` on every pipeline rank: one tuple per rank, rank 0 first."""
+    return _pipeline_placements(kinds, _layout(strategy), cluster, order)
+
+
+@lru_cache(maxsize=16384)  # a sweep's strategies share a few thousand layouts
+def _pipeline_placements(kinds: tuple[str, ...], layout: _Layout, cluster: ClusterSpec,
+                         order: str) -> tuple[tuple[GroupPlacement, ...], ...]:
+    return tuple(tuple(_checked_placement(kind, layout, cluster, order, stage) for kind in kinds)
+                 for stage in range(layout.pp))
+
+
+_Asked = dict[tuple[str, str, int | None], GroupPlacement]
+_LAST_ASKED: tuple[Strategy | None, ClusterSpec | None, _Layout | None, _Asked] = (None, None, None, {})
 
 
 @lru_cache(maxsize=65536)

@@ -73,17 +73,22 @@ def stage_ops_key(run: RunSpec, stage: int) -> tuple[Any, ...]:
     return layer_ops_key(run) + (stage_layer_counts(run.model, s, stage), layout_of(run.model, s).rank_key(stage)[1:])
 
 
+def stage_totals(timer: OperatorTimer, ops: list[Any]) -> tuple[Any, ...]:
+    """One stage's operators ``ops`` timed: (forward, backward with recomputation, recomputation,
+    forward attention, notes, weight-gradient GEMMs) seconds per micro-batch, as ``stage_compute`` memoises them."""
+    timed = timer.time_ops(ops)
+    wgrad = sum(sec * op.count for op, sec in zip(timed.ops, timed.seconds)
+                if op.phase == "bwd" and op.name.endswith(".wgrad"))  # decompose's weight-gradient GEMMs
+    return (timed.total(("fwd",)), timed.total(("bwd", "recompute")), timed.total(("recompute",)),
+            timed.total_family("attention_fwd", ("fwd",)), tuple(timed.notes), float(wgrad))
+
+
 def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer) -> StageCompute:
     """Time the operators of one pipeline stage (layer work memoised on ``timer`` by ``stage_ops_key``)."""
     key = stage_ops_key(run, stage)
     totals = timer.stage_memo.get(key)
     if totals is None:
-        timed = timer.time_ops(stage_ops(run, stage))
-        wgrad = sum(sec * op.count for op, sec in zip(timed.ops, timed.seconds)
-                    if op.phase == "bwd" and op.name.endswith(".wgrad"))  # decompose's weight-gradient GEMMs
-        totals = (timed.total(("fwd",)), timed.total(("bwd", "recompute")), timed.total(("recompute",)),
-                  timed.total_family("attention_fwd", ("fwd",)), tuple(timed.notes), float(wgrad))
-        timer.stage_memo[key] = totals
+        totals = timer.stage_memo[key] = stage_totals(timer, stage_ops(run, stage))
     forward, backward, recompute, attention, notes, wgrad = totals
     params = optimizer_params_on_gpu(run, stage)
     opt_key = ("optimizer", params, notes)

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from constraints.memory import params_on_gpu
 from costmodel.calibration import compute_scale as calibrated_scale
-from costmodel.comm import collective_seconds, group_placement
+from costmodel.comm import collective_seconds, group_placement, pipeline_placements
 from costmodel.factored_timing import collective_factor_for
 from costmodel.llm import dp_buckets, moe
 from costmodel.llm.compute import StageCompute, layer_ops_key, pipeline_compute
@@ -77,6 +77,18 @@ class StageTimes:
     @property
     def backward_s(self) -> float:
         return self.compute.backward_s + self.exposed_comm_s + self.overhead_s
+
+
+_GatherPlan = tuple[tuple[list[float], list[float], float, bool], ...]
+"""Per shard group: each bucket's all-gather and forward, the whole all-gather, bucketed (``_param_gather_plan``)."""
+
+
+class _StageEnds(NamedTuple):
+    """What one pipeline rank adds before its first forward and after its last backward of a step."""
+
+    dp_tail_s: float  # _dp_tail
+    first_gathers_s: float  # pipelined FSDP2's first gathers (_zero3_step_exposed)
+    gather_plan: _GatherPlan  # the overlapped ZeRO-1/2 parameter all-gather (_param_gather_plan)
 
 
 @dataclass(frozen=True)
@@ -326,27 +338,40 @@ def _gather_overlapped(run: RunSpec) -> bool:
     return run.strategy.overlap_param_gather and run.framework.supports_param_gather_overlap
 
 
-def _param_gather_head(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: int,
-                       upstream_forward_s: float) -> float:
-    """Seconds the first forward of ``stage`` waits for the overlapped ZeRO-1/2 parameter all-gather
-    (``costmodel.llm.dp_buckets.param_gather_exposed_s``); ``upstream_forward_s``: the forwards of
-    the ranks before it, which its first forward waits for anyway."""
+def _param_gather_plan(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: int) -> _GatherPlan:
+    """Per shard group of ``stage``, the arguments of ``dp_buckets.param_gather_exposed_s`` but the
+    upstream forwards: (each bucket's all-gather, each bucket's forward, the whole all-gather,
+    bucketed); empty when the overlapped ZeRO-1/2 parameter all-gather does not apply."""
     s, gpu = run.strategy, run.cluster.gpu
     if s.dp * s.cp == 1 or s.zero_stage not in (1, 2) or not _gather_overlapped(run):
-        return 0.0
+        return ()
     wire = param_gather_bytes(run)
-    head = 0.0
+    plan = []
     for params, g, _ in _shard_groups(run, stage, pp_rank):
         sizes, own = _buckets(run, stage, params, g), _own_bucket(run, stage, params, g)
         # each bucket's forward in proportion to its parameters; an embedding alone in a bucket is a lookup
         layer_params = max(params - own, 1e-9)
         forwards = [0.0 if i == 0 and own else stage.forward_s * b / layer_params for i, b in enumerate(sizes)]
         gathers = {b: _collective(timer, "all_gather", b * wire, g, gpu) for b in set(sizes)}  # 1-3 sizes
-        head += dp_buckets.param_gather_exposed_s(
-            [gathers[b] for b in sizes], forwards,
-            _collective(timer, "all_gather", params * wire, g, gpu),
-            dp_buckets.bucketed(run.framework.dp_bucket_scheme, pp_rank), upstream_forward_s)
+        plan.append(([gathers[b] for b in sizes], forwards, _collective(timer, "all_gather", params * wire, g, gpu),
+                     dp_buckets.bucketed(run.framework.dp_bucket_scheme, pp_rank)))
+    return tuple(plan)
+
+
+def _gather_head(plan: _GatherPlan, upstream_forward_s: float) -> float:
+    """Seconds the first forward waits for the parameter all-gathers of ``plan`` (``_param_gather_plan``)."""
+    head = 0.0
+    for bucket_gathers, forwards, whole, is_bucketed in plan:
+        head += dp_buckets.param_gather_exposed_s(bucket_gathers, forwards, whole, is_bucketed, upstream_forward_s)
     return head
+
+
+def _param_gather_head(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: int,
+                       upstream_forward_s: float) -> float:
+    """Seconds the first forward of ``stage`` waits for the overlapped ZeRO-1/2 parameter all-gather
+    (``costmodel.llm.dp_buckets.param_gather_exposed_s``); ``upstream_forward_s``: the forwards of
+    the ranks before it, which its first forward waits for anyway."""
+    return _gather_head(_param_gather_plan(run, timer, stage, pp_rank), upstream_forward_s)
 
 
 def _p2p_seconds(run: RunSpec, timer: OperatorTimer) -> float:
@@ -357,11 +382,13 @@ def _p2p_seconds(run: RunSpec, timer: OperatorTimer) -> float:
     return _collective(timer, "send_recv", nbytes, group_placement("pp", s, run.cluster), run.cluster.gpu)
 
 
-def _stage_placements(run: RunSpec, pp_rank: int) -> tuple[Any, ...]:
-    """The placements of pipeline rank ``pp_rank``'s groups (stages alike in compute may differ here)."""
-    kinds = ("tp", "cp", "dp_cp", "dp_shard", "dp_replicate")
-    kinds += ("ep", "edp", "etp", "tp_ep") if run.model.is_moe else ()
-    return tuple(group_placement(kind, run.strategy, run.cluster, stage=pp_rank) for kind in kinds)
+_DENSE_KINDS = ("tp", "cp", "dp_cp", "dp_shard", "dp_replicate")
+_MOE_KINDS = _DENSE_KINDS + ("ep", "edp", "etp", "tp_ep")
+
+
+def _stage_placements(run: RunSpec) -> tuple[tuple[Any, ...], ...]:
+    """Per pipeline rank, the placements of its groups (stages alike in compute may differ here)."""
+    return pipeline_placements(_MOE_KINDS if run.model.is_moe else _DENSE_KINDS, run.strategy, run.cluster)
 
 
 def predict_step(run: RunSpec, timer: OperatorTimer,
@@ -376,18 +403,25 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
     m = s.num_microbatches
     computes = pipeline_compute(run, timer)
     stages: list[StageTimes] = []
-    cache: dict[tuple[int, tuple[Any, ...]], StageTimes] = {}
+    ends: list[_StageEnds] = []
+    cache: dict[tuple[Any, ...], tuple[StageTimes, _StageEnds]] = {}
     scale = calibrated_scale() if compute_scale is None else compute_scale
+    placements = _stage_placements(run)
     for st in range(s.pp):
         c = computes[st]
-        key = (id(c), _stage_placements(run, st))  # middle stages share one StageCompute and layer count
+        # middle stages share one StageCompute, layer count and (mostly) placements; rank 0 alone may
+        # reduce and gather bucket by bucket (dp_buckets.bucketed)
+        key = (id(c), placements[st], st == 0)
         if key not in cache:
             dense_layers, moe_layers = stage_layer_counts(run.model, s, st)
             layers = dense_layers + moe_layers
             overhead = (scale - 1.0) * (c.forward_s + c.backward_s) \
                 + layer_launch_exposed_s(run, timer, dense_layers, moe_layers)
-            cache[key] = StageTimes(c, *_layer_comm(run, timer, c, layers, moe_layers, st), overhead_s=overhead)
-        stages.append(cache[key])
+            times = StageTimes(c, *_layer_comm(run, timer, c, layers, moe_layers, st), overhead_s=overhead)
+            cache[key] = times, _StageEnds(_dp_tail(run, timer, c, st), _zero3_step_exposed(run, timer, c, st)[0],
+                                           _param_gather_plan(run, timer, c, st))
+        stages.append(cache[key][0])
+        ends.append(cache[key][1])
     name = schedule_name(s.pp, s.vpp, s.pipeline_schedule)
     # PyTorch pipelining steps the schedule once per local batch (strategy.pipeline_flushes): each flush
     # fills and drains, and its last backward runs the gradient sync (torch stage.py
@@ -399,9 +433,8 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
     # After the flush: stage i finished its last backward sum(backward of ranks < i) earlier.
     tails = []
     slack = 0.0
-    for st, t in enumerate(stages):
-        dp = _dp_tail(run, timer, t.compute, st)
-        tails.append((dp + t.compute.optimizer_s - slack, dp, t.compute.optimizer_s))
+    for t, end in zip(stages, ends):
+        tails.append((end.dp_tail_s + t.compute.optimizer_s - slack, end.dp_tail_s, t.compute.optimizer_s))
         slack += t.backward_s
     tail, dp_exposed, optimizer = max(tails)
     tail = max(tail, 0.0)
@@ -409,8 +442,7 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
     # delay the first forward of their stage, and behind it the whole pipeline: the slowest stage's.
     # Rank i's first forward waits for the first model chunk's forward on every rank before it.
     upstream = [sum(t.forward_s for t in stages[:st]) / s.vpp for st in range(len(stages))]
-    head = max(_zero3_step_exposed(run, timer, t.compute, st)[0]
-               + _param_gather_head(run, timer, t.compute, st, upstream[st]) for st, t in enumerate(stages))
+    head = max(end.first_gathers_s + _gather_head(end.gather_plan, upstream[st]) for st, end in enumerate(ends))
     optimizer = min(optimizer, tail)
     k = stages[flush.bottleneck]
     c = k.compute
