@@ -9,6 +9,7 @@ from constraints.memory import model_state_bytes, state_bytes_per_param
 from costmodel.llm import moe
 from costmodel.llm.decompose import optimizer_op, stage_ops
 from costmodel.llm.recompute import recompute_policy
+from costmodel.run_memo import for_last_run
 from costmodel.specs.layout import layout_of, stage_layer_counts
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
@@ -47,6 +48,7 @@ def optimizer_params_on_gpu(run: RunSpec, stage: int) -> float:
     return model_state_bytes(run, stage)[2] / state_bytes_per_param(run.framework)[1]
 
 
+@for_last_run  # the stages' compute, launch overheads and TP / CP exchanges of one prediction ask again
 def layer_ops_key(run: RunSpec) -> tuple[Any, ...]:
     """Everything one layer's operators (``decompose.layer_ops`` as ``stage_ops`` calls it) depend on.
 
@@ -108,7 +110,6 @@ def distinct_stages(pp: int) -> list[int]:
 def pipeline_compute(run: RunSpec, timer: OperatorTimer) -> dict[int, StageCompute]:
     """Compute time of every pipeline stage; stages holding the same layers (``PipelineLayout.rank_key``)
     share one result, that of the first of them (an even split's middle stages share stage 1's)."""
-    layout = layout_of(run.model, run.strategy)
-    first = {layout.rank_key(st): st for st in reversed(range(run.strategy.pp))}
-    computed = {st: stage_compute(run, st, timer) for st in sorted(first.values())}
-    return {st: computed[first[layout.rank_key(st)]] for st in range(run.strategy.pp)}
+    alike = layout_of(run.model, run.strategy).first_alike
+    computed = {st: stage_compute(run, st, timer) for st in sorted(set(alike))}
+    return {st: computed[first] for st, first in enumerate(alike)}

@@ -156,6 +156,11 @@ def sharding_settings(run: Any) -> ShardingSettings:
     framework = getattr(run, "framework", None)
     if framework is None:
         return FSDP2
+    return _settings_of(framework)
+
+
+@lru_cache(maxsize=64)  # frozen: a search asks of one framework for every strategy
+def _settings_of(framework: Any) -> ShardingSettings:
     by_layers = replace(FSDP2, prefetch_layers=float(framework.fsdp_prefetch_layers))
     if framework.fsdp_implementation != "fsdp2":  # GSPMD: XLA gathers into the buffer the layer reads
         by_layers = replace(by_layers, copy_out_bytes=0)
@@ -209,22 +214,60 @@ def _finish(start: float, work: float, busy: list[tuple[float, float]], first: i
 
     ``busy`` is sorted and disjoint; returns the end and the first interval still open after it.
     """
-    t, left, i = start, work, first
-    while i < len(busy) and busy[i][1] <= t:
+    t, left, i, n = start, work, first, len(busy)
+    while i < n and busy[i][1] <= t:
         i += 1
-    while left > 0 and i < len(busy):
+    stretch = 1 + slowdown
+    while left > 0 and i < n:
         begin, end = busy[i]
         if begin > t:
-            free = min(left, begin - t)
-            t, left = t + free, left - free
-            if left <= 0:
-                break
-        slowed = (end - max(t, begin))
-        if left * (1 + slowdown) <= slowed:
-            return max(t, begin) + left * (1 + slowdown), i
-        t, left = end, left - slowed / (1 + slowdown)
+            gap = begin - t
+            if gap >= left:  # done before this collective starts
+                return t + left, i
+            t, left = t + gap, left - gap
+        if t > begin:  # t + gap may round past begin
+            begin = t
+        slowed = end - begin
+        if left * stretch <= slowed:
+            return begin + left * stretch, i
+        t, left = end, left - slowed / stretch
         i += 1
     return t + max(left, 0.0), i
+
+
+@lru_cache(maxsize=4096)  # a search sees few (layers, window) pairs
+def _gather_schedule(layers: int, prefetch: float) -> tuple[tuple[tuple[int, int], ...], tuple[float, ...]]:
+    """Which all-gathers a pass over ``layers`` layers issues when, for a window of ``prefetch`` layers.
+
+    Gather ``j`` may be issued once the compute front reaches layer ``p = j - prefetch``: at
+    once for ``p <= 0``; for a whole ``p``, when layer ``p - 1`` ends; otherwise ``p - floor(p)``
+    of a layer's compute after layer ``floor(p)`` starts. The host issues them in ``j`` order,
+    so a gather whose trigger is known waits for every earlier one.
+
+    Returns, per layer, how many gathers are issued by its start and by part-way through it,
+    and per gather the fraction of the layer's compute (``p - floor(p)``) that triggers it.
+    """
+    moments: list[int] = []  # 2i: known once layer i - 1 has ended; 2i + 1: part-way through layer i
+    parts: list[float] = []
+    for j in range(layers):
+        p = j - prefetch
+        if p <= 0:
+            moments.append(-1)
+            parts.append(0.0)
+            continue
+        k = math.floor(p)
+        moments.append(2 * k if p == k else 2 * k + 1)
+        parts.append(p - k)
+    counts: list[tuple[int, int]] = []
+    known = 0  # moments never decrease with j, so the gathers known at any moment are a prefix
+    for i in range(layers):
+        while known < layers and moments[known] <= 2 * i:
+            known += 1
+        by_start = known
+        while known < layers and moments[known] <= 2 * i + 1:
+            known += 1
+        counts.append((by_start, known))
+    return tuple(counts), tuple(parts)
 
 
 @lru_cache(maxsize=65536)  # a pure function of numbers: a search replays the same passes for many strategies
@@ -252,43 +295,37 @@ def sharded_pass_seconds(layers: int, compute_s: float, gather_s: float, scatter
     """
     if layers <= 0:
         return 0.0
-    busy: list[tuple[float, float]] = []
+    # A search calls this tens of thousands of times: one flat loop, the window's shape precomputed.
+    counts, parts = _gather_schedule(layers, prefetch)
+    busy: list[tuple[float, float]] = []  # comm intervals, in channel order
     done: list[float] = []  # when each issued gather completes
-    starts: list[float] = []
-    ends: list[float] = []
-    comm_free, first = 0.0, 0
-
-    def issue(at: float, seconds: float) -> float:
-        nonlocal comm_free
-        begin = max(at, comm_free)  # one channel, host issue order
-        comm_free = begin + seconds
-        if seconds > 0:
-            busy.append((begin, comm_free))
-        return comm_free
-
-    def trigger(j: int) -> float | None:
-        """When the compute front reaches layer ``j - prefetch`` (None: not yet known)."""
-        p = j - prefetch
-        if p <= 0:
-            return 0.0
-        k = math.floor(p)
-        if p == k:  # arriving at layer k: the previous one has finished
-            return ends[k - 1] if k - 1 < len(ends) else None
-        return starts[k] + (p - k) * compute_s if k < len(starts) else None
-
-    def issue_ready() -> None:
-        while len(done) < layers and (at := trigger(len(done))) is not None:
-            done.append(issue(at, gather_s))
-
-    for i in range(layers):
-        issue_ready()
-        starts.append(max(ends[-1] if ends else 0.0, done[i]))
-        issue_ready()  # a fractional window issues part-way through this layer
-        end, first = _finish(starts[-1], compute_s, busy, first, slowdown)
-        ends.append(end)
+    gathers = gather_s > 0
+    comm_free, first, end, issued = 0.0, 0, 0.0, 0
+    for i, (by_start, by_part) in enumerate(counts):
+        # Known by this layer's start and not before: a whole window edge, triggered by the previous
+        # layer's end (the gathers due at once: before the first layer, while end is still 0).
+        while issued < by_start:
+            begin = end if end >= comm_free else comm_free  # max(): one channel, host issue order
+            comm_free = begin + gather_s
+            if gathers:
+                busy.append((begin, comm_free))
+            done.append(comm_free)
+            issued += 1
+        start = end if end >= done[i] else done[i]
+        while issued < by_part:  # a fractional window issues part-way through this layer
+            at = start + parts[issued] * compute_s
+            begin = at if at >= comm_free else comm_free
+            comm_free = begin + gather_s
+            if gathers:
+                busy.append((begin, comm_free))
+            done.append(comm_free)
+            issued += 1
+        end, first = _finish(start, compute_s, busy, first, slowdown)
         if scatter_s > 0:
-            issue(end, scatter_s)
-    return max(ends[-1], comm_free)
+            begin = end if end >= comm_free else comm_free
+            comm_free = begin + scatter_s
+            busy.append((begin, comm_free))
+    return max(end, comm_free)
 
 
 def zero3_microbatch_seconds(layers: int, forward_s: float, backward_s: float, gather_s: float,

@@ -174,6 +174,12 @@ class PipelineLayout:
         """(decoder, embedding, MTP, loss) counts of ``rank``: ranks with equal keys do equal work."""
         return (self.layers(rank), self.count(rank, EMBEDDING), self.count(rank, MTP), self.count(rank, LOSS))
 
+    @cached_property
+    def first_alike(self) -> tuple[int, ...]:
+        """For each rank, the first rank with its ``rank_key`` (ranks that do equal work share its compute)."""
+        first: dict[tuple[int, int, int, int], int] = {}
+        return tuple(first.setdefault(self.rank_key(rank), rank) for rank in range(self.pp))
+
     def chunk_layer_ids(self, index: int) -> range:
         """Global ids of the decoder layers of chunk ``index`` (Megatron-Core ``get_layer_offset``)."""
         start = sum(chunk.count(DECODER) for chunk in self.chunks[:index])
