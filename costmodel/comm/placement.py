@@ -28,6 +28,7 @@ from typing import Final, NamedTuple
 import numpy as np
 
 from costmodel.specs.errors import SpecError, require_int
+from costmodel.specs.hashing import hash_once
 from costmodel.specs.gpu import ClusterSpec
 from costmodel.specs.strategy import Strategy
 
@@ -58,6 +59,7 @@ class _Layout(NamedTuple):
     shard: int = 0  # hsdp_shard_size (0: the whole dp_cp group)
 
 
+@hash_once
 @dataclass(frozen=True, kw_only=True)
 class GroupPlacement:
     """How the ranks of one kind of process group spread over scale-up domains.
@@ -312,15 +314,20 @@ def group_placement(kind: str, strategy: Strategy, cluster: ClusterSpec,
 
 def pipeline_placements(kinds: tuple[str, ...], strategy: Strategy, cluster: ClusterSpec,
                         order: str = DEFAULT_ORDER) -> tuple[tuple[GroupPlacement, ...], ...]:
-    """``group_placement`` of each of ``kinds`` on every pipeline rank: one tuple per rank, rank 0 first."""
+    """``group_placement`` of each of ``kinds`` on every pipeline rank: one tuple per rank, rank 0 first;
+    ranks placed alike share one tuple object (a caller may key by its identity)."""
     return _pipeline_placements(kinds, _layout(strategy), cluster, order)
 
 
 @lru_cache(maxsize=16384)  # a sweep's strategies share a few thousand layouts
 def _pipeline_placements(kinds: tuple[str, ...], layout: _Layout, cluster: ClusterSpec,
                          order: str) -> tuple[tuple[GroupPlacement, ...], ...]:
-    return tuple(tuple(_checked_placement(kind, layout, cluster, order, stage) for kind in kinds)
-                 for stage in range(layout.pp))
+    alike: dict[tuple[GroupPlacement, ...], tuple[GroupPlacement, ...]] = {}
+    per_rank = []
+    for stage in range(layout.pp):
+        groups = tuple(_checked_placement(kind, layout, cluster, order, stage) for kind in kinds)
+        per_rank.append(alike.setdefault(groups, groups))
+    return tuple(per_rank)
 
 
 _Asked = dict[tuple[str, str, int | None], GroupPlacement]

@@ -9,7 +9,8 @@ from constraints.memory import model_state_bytes, state_bytes_per_param
 from costmodel.llm import moe
 from costmodel.llm.decompose import optimizer_op, stage_ops
 from costmodel.llm.recompute import recompute_policy
-from costmodel.run_memo import for_last_run
+from costmodel.run_memo import by_reads, for_last_run
+from costmodel.specs.reads import reads
 from costmodel.specs.layout import layout_of, stage_layer_counts
 from costmodel.specs.runspec import RunSpec
 from costmodel.timing import OperatorTimer
@@ -43,6 +44,8 @@ class StageCompute:
                 "compute_s": self.per_step_s(num_microbatches)}
 
 
+@by_reads  # ZeRO stage, precision and recompute variants of one layout share it
+@reads(*model_state_bytes.reads)
 def optimizer_params_on_gpu(run: RunSpec, stage: int) -> float:
     """Parameters whose Adam update this GPU runs (its ZeRO shard when zero_stage >= 1)."""
     return model_state_bytes(run, stage)[2] / state_bytes_per_param(run.framework)[1]

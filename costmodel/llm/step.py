@@ -79,8 +79,8 @@ class StageTimes:
         return self.compute.backward_s + self.exposed_comm_s + self.overhead_s
 
 
-_GatherPlan = tuple[tuple[list[float], list[float], float, bool], ...]
-"""Per shard group: each bucket's all-gather and forward, the whole all-gather, bucketed (``_param_gather_plan``)."""
+_GatherPlan = tuple[tuple[bool, float], ...]
+"""Per shard group (``_param_gather_plan``): bucketed and its exposed seconds, or not and its whole all-gather."""
 
 
 class _StageEnds(NamedTuple):
@@ -339,9 +339,9 @@ def _gather_overlapped(run: RunSpec) -> bool:
 
 
 def _param_gather_plan(run: RunSpec, timer: OperatorTimer, stage: StageCompute, pp_rank: int) -> _GatherPlan:
-    """Per shard group of ``stage``, the arguments of ``dp_buckets.param_gather_exposed_s`` but the
-    upstream forwards: (each bucket's all-gather, each bucket's forward, the whole all-gather,
-    bucketed); empty when the overlapped ZeRO-1/2 parameter all-gather does not apply."""
+    """Per shard group of ``stage``, the overlapped ZeRO-1/2 parameter all-gather as far as it does not
+    depend on the upstream forwards: (True, exposed seconds) where the stage gathers bucket by bucket
+    (``dp_buckets.param_gather_exposed_s``), else (False, the whole all-gather); empty where it does not apply."""
     s, gpu = run.strategy, run.cluster.gpu
     if s.dp * s.cp == 1 or s.zero_stage not in (1, 2) or not _gather_overlapped(run):
         return ()
@@ -353,16 +353,20 @@ def _param_gather_plan(run: RunSpec, timer: OperatorTimer, stage: StageCompute, 
         layer_params = max(params - own, 1e-9)
         forwards = [0.0 if i == 0 and own else stage.forward_s * b / layer_params for i, b in enumerate(sizes)]
         gathers = {b: _collective(timer, "all_gather", b * wire, g, gpu) for b in set(sizes)}  # 1-3 sizes
-        plan.append(([gathers[b] for b in sizes], forwards, _collective(timer, "all_gather", params * wire, g, gpu),
-                     dp_buckets.bucketed(run.framework.dp_bucket_scheme, pp_rank)))
+        whole = _collective(timer, "all_gather", params * wire, g, gpu)
+        if dp_buckets.bucketed(run.framework.dp_bucket_scheme, pp_rank):  # exposed whatever runs upstream
+            plan.append((True, dp_buckets.param_gather_exposed_s([gathers[b] for b in sizes], forwards, whole, True)))
+        else:
+            plan.append((False, whole))
     return tuple(plan)
 
 
 def _gather_head(plan: _GatherPlan, upstream_forward_s: float) -> float:
     """Seconds the first forward waits for the parameter all-gathers of ``plan`` (``_param_gather_plan``)."""
     head = 0.0
-    for bucket_gathers, forwards, whole, is_bucketed in plan:
-        head += dp_buckets.param_gather_exposed_s(bucket_gathers, forwards, whole, is_bucketed, upstream_forward_s)
+    for is_bucketed, seconds in plan:
+        head += seconds if is_bucketed else dp_buckets.param_gather_exposed_s((), (), seconds, False,
+                                                                              upstream_forward_s)
     return head
 
 
@@ -411,7 +415,7 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
         c = computes[st]
         # middle stages share one StageCompute, layer count and (mostly) placements; rank 0 alone may
         # reduce and gather bucket by bucket (dp_buckets.bucketed)
-        key = (id(c), placements[st], st == 0)
+        key = (id(c), id(placements[st]), st == 0)
         if key not in cache:
             dense_layers, moe_layers = stage_layer_counts(run.model, s, st)
             layers = dense_layers + moe_layers

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from costmodel.specs.errors import SpecError, reject_unknown_keys, require_bool, require_choice, require_int
+from costmodel.specs.hashing import hash_once
 from costmodel.specs.strategy import CUDA_GRAPH_SCOPES, PIPELINE_SCHEDULES, RECOMPUTE
 
 DEFAULT_FRAMEWORK = "megatron-core"
@@ -51,6 +52,7 @@ DP_BUCKET_SCHEMES = ("megatron-core", "deepspeed", "apex", "per-layer")
 FORWARD_PARAM_GATHER_SCHEMES = ("megatron-core", "apex")
 
 
+@hash_once
 @dataclass(frozen=True, kw_only=True)
 class Framework:
     """Defaults and behaviours of one training framework (frozen; each value's source is in its file)."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from costmodel.specs.errors import SpecError, reject_unknown_keys, require_int, require_number
+from costmodel.specs.hashing import hash_once
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 GiB = 1024**3
@@ -30,6 +31,7 @@ GPU_KEYS = frozenset({"display_name", "vendor", "peak_tflops", "sources", *GPU_F
                       DOMAIN_USED_KEY})
 
 
+@hash_once
 @dataclass(frozen=True, kw_only=True)
 class GPUSpec:
     """One accelerator kind and the node it usually sits in (SI units).
@@ -205,6 +207,7 @@ CLUSTER_KEYS = frozenset({"gpu", "num_gpus", "gpus_per_node", "memory_reserve_Gi
                           "nvlink_domain_size", DOMAIN_USED_KEY})
 
 
+@hash_once
 @dataclass(frozen=True, kw_only=True)
 class ClusterSpec:
     """``num_gpus`` GPUs of one kind, ``gpus_per_node`` per node."""

@@ -12,12 +12,14 @@ from costmodel.specs.errors import (
     require_choice,
     require_int,
 )
+from costmodel.specs.hashing import hash_once
 
 ACTIVATIONS = ("gelu", "swiglu", "squared_relu")
 NORMALIZATIONS = ("layernorm", "rmsnorm")
 POSITION_EMBEDDINGS = ("learned", "rope", "alibi")
 
 
+@hash_once
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """A decoder-only transformer (dense or mixture-of-experts).

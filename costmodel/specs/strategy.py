@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from costmodel.specs.errors import SpecError, require_bool, require_choice, require_int, require_number
+from costmodel.specs.hashing import hash_once
 from costmodel.specs.layout import parse_layout
 
 RECOMPUTE = ("none", "selective", "full")
@@ -33,6 +34,7 @@ PARAMETER_COPIES = {"dualpipe": 2}
 CUDA_GRAPH_SCOPES = ("none", "layers", "full_iteration")
 
 
+@hash_once
 @dataclass(frozen=True, kw_only=True)
 class Strategy:
     """How one training step is split over GPUs (frozen and hashable).
