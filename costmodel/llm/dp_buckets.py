@@ -140,7 +140,13 @@ def param_gather_exposed_s(bucket_gather_s: Sequence[float], bucket_forward_s: S
     if not is_bucketed:
         return max(0.0, gather_s - upstream_forward_s)
     exposed = bucket_gather_s[0]
-    # bucket k + 1 gathers while bucket k computes (slowed by the NCCL kernel beside it)
-    for forward, nxt in zip(bucket_forward_s, bucket_gather_s[1:]):
-        exposed += max(0.0, overlapped_seconds(forward, nxt, slowdown) - forward)
+    # bucket k + 1 gathers while bucket k computes (slowed by the NCCL kernel beside it); most buckets
+    # are full, so a term is computed once per run of equal (forward, gather) pairs and added per bucket
+    pair, term = None, 0.0
+    for forward_and_next in zip(bucket_forward_s, bucket_gather_s[1:]):
+        if forward_and_next != pair:
+            pair = forward_and_next
+            forward, nxt = pair
+            term = max(0.0, overlapped_seconds(forward, nxt, slowdown) - forward)
+        exposed += term
     return exposed

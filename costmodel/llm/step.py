@@ -349,12 +349,14 @@ def _param_gather_plan(run: RunSpec, timer: OperatorTimer, stage: StageCompute, 
     plan = []
     for params, g, _ in _shard_groups(run, stage, pp_rank):
         sizes, own = _buckets(run, stage, params, g), _own_bucket(run, stage, params, g)
-        # each bucket's forward in proportion to its parameters; an embedding alone in a bucket is a lookup
         layer_params = max(params - own, 1e-9)
-        forwards = [0.0 if i == 0 and own else stage.forward_s * b / layer_params for i, b in enumerate(sizes)]
-        gathers = {b: _collective(timer, "all_gather", b * wire, g, gpu) for b in set(sizes)}  # 1-3 sizes
         whole = _collective(timer, "all_gather", params * wire, g, gpu)
         if dp_buckets.bucketed(run.framework.dp_bucket_scheme, pp_rank):  # exposed whatever runs upstream
+            # each bucket's forward in proportion to its parameters; an embedding alone in a bucket is a lookup
+            distinct = set(sizes)  # 1-3 sizes
+            gathers = {b: _collective(timer, "all_gather", b * wire, g, gpu) for b in distinct}
+            forward = {b: stage.forward_s * b / layer_params for b in distinct}
+            forwards = [0.0 if i == 0 and own else forward[b] for i, b in enumerate(sizes)]
             plan.append((True, dp_buckets.param_gather_exposed_s([gathers[b] for b in sizes], forwards, whole, True)))
         else:
             plan.append((False, whole))
