@@ -82,7 +82,7 @@ from typing import Any
 from constraints.cuda_graphs import private_pool_bytes, static_batch_bytes, static_input_bytes
 from constraints.workspace import userbuffer_bytes
 from constraints.moe_buffers import deepep_buffer_bytes, dispatched_token_bytes
-from costmodel.run_memo import for_last_run
+from costmodel.run_memo import by_reads
 from costmodel.specs.framework import BYTES, Framework
 from costmodel.specs.gpu import GiB
 from costmodel.specs.model import ModelSpec
@@ -193,7 +193,8 @@ def mtp_layer_params_per_gpu(model: ModelSpec, strategy: Strategy) -> tuple[floa
     return extra + dense_layer_params_per_gpu(model, strategy.tp), 0.0
 
 
-@for_last_run  # the optimizer, the shard groups, the ZeRO gathers and the DP tail of one prediction ask again
+@by_reads  # asked again by one prediction's optimizer, shard groups, ZeRO gathers and DP tail, and by its variants
+@reads(*LAYOUT_FIELDS, "tp", "ep", "etp")
 def params_on_gpu(run: RunSpec, stage: int) -> tuple[float, float]:
     """(dense, expert) parameters one GPU of ``stage`` holds before any ZeRO sharding (MTP layers included)."""
     model, s = run.model, run.strategy
