@@ -27,8 +27,8 @@ from typing import Any
 from constraints import check
 from constraints.table import check_many
 from constraints.oom import oom_probability
-from costmodel.llm.compute import distinct_stages, stage_ops_key, stage_totals
-from costmodel.llm.decompose import stage_ops
+from costmodel.llm.compute import distinct_stages, layer_ops_key, stage_ops_key, stage_totals
+from costmodel.llm.decompose import run_layer_ops, stage_ops
 from costmodel.ops import Op
 from costmodel.predict import timer_for
 from costmodel.specs.gpu import GiB, GPUSpec
@@ -202,11 +202,19 @@ def prewarm(runs: Iterable[RunSpec], timer: OperatorTimer) -> None:
     """
     ops: dict[Op, None] = {}
     by_key: dict[tuple[Any, ...], list[Op]] = {}
+    layer_ops: dict[tuple[Any, ...], list[Op]] = {}  # a sweep's stages share a tenth as many layer shapes
+
+    def layer_ops_of(run: RunSpec, moe: bool) -> list[Op]:
+        key = (layer_ops_key(run), run.cluster.gpu.name, moe)
+        if key not in layer_ops:
+            layer_ops[key] = run_layer_ops(run, moe)
+        return layer_ops[key]
+
     for run in runs:
         for stage in distinct_stages(run.strategy.pp):
             key = stage_ops_key(run, stage)
             if key not in by_key and key not in timer.stage_memo:
-                by_key[key] = stage_ops(run, stage)
+                by_key[key] = stage_ops(run, stage, layer_ops_of)
                 ops.update(dict.fromkeys(by_key[key]))
     if ops:
         timer.time_ops(list(ops))

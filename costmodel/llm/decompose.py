@@ -22,6 +22,7 @@ MTP layers run on the last stage after the LM head's input.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from costmodel.analytic import key_length_time_factor, shape_curve_device
@@ -550,14 +551,18 @@ def run_layer_ops(run: RunSpec, moe: bool) -> list[Op]:
                      fa2_device=fa2_device(run), gpu=run.cluster.gpu.name)
 
 
-def stage_ops(run: RunSpec, stage: int) -> list[Op]:
-    """Every operator one GPU of pipeline ``stage`` runs per micro-batch (counts include its layers)."""
+def stage_ops(run: RunSpec, stage: int,
+              layer_ops_of: Callable[[RunSpec, bool], list[Op]] = run_layer_ops) -> list[Op]:
+    """Every operator one GPU of pipeline ``stage`` runs per micro-batch (counts include its layers).
+
+    ``layer_ops_of``: ``run_layer_ops`` or a memoised stand-in (a sweep's stages share few layer shapes).
+    """
     model, s, seq = run.model, run.strategy, run.seq_length
     dense, moe = stage_layer_counts(model, s, stage)
     ops: list[Op] = []
     for layers, is_moe in ((dense, False), (moe, True)):
         if layers:
-            ops += [_scaled(op, layers) for op in run_layer_ops(run, is_moe)]
+            ops += [_scaled(op, layers) for op in layer_ops_of(run, is_moe)]
     layout = layout_of(model, s)  # the embedding, MTP layers and loss where the pipeline layout puts them
     if layout.count(stage, EMBEDDING):
         ops += embedding_ops(model, s, seq)
