@@ -447,8 +447,10 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
     # the step's first gathers (pipelined FSDP2's, or ZeRO-1/2's overlapped parameter all-gather)
     # delay the first forward of their stage, and behind it the whole pipeline: the slowest stage's.
     # Rank i's first forward waits for the first model chunk's forward on every rank before it.
-    upstream = [sum(t.forward_s for t in stages[:st]) / s.vpp for st in range(len(stages))]
-    head = max(end.first_gathers_s + _gather_head(end.gather_plan, upstream[st]) for st, end in enumerate(ends))
+    head, upstream = 0.0, 0.0  # upstream: the forwards of the ranks before this one (a left fold, as sum())
+    for t, end in zip(stages, ends):
+        head = max(head, end.first_gathers_s + _gather_head(end.gather_plan, upstream / s.vpp))
+        upstream += t.forward_s
     optimizer = min(optimizer, tail)
     k = stages[flush.bottleneck]
     c = k.compute
@@ -465,7 +467,7 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
     }
     # every replica waits at the gradient sync for the slowest one (costmodel.llm.overheads)
     breakdown["other_s"] += straggler_fraction(s.dp * s.cp) * sum(breakdown.values())
-    notes = tuple(sorted({n for t in stages for n in t.compute.notes} | set(moe.moe_notes(run))))
+    notes = tuple(sorted({n for t, _ in cache.values() for n in t.compute.notes} | set(moe.moe_notes(run))))
     return StepPrediction(step_time_s=sum(breakdown.values()), breakdown=breakdown, schedule=name, notes=notes,
                           stage_computes=tuple(t.compute for t in stages))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from costmodel.specs.errors import SpecError, require_bool, require_choice, require_int, require_number
+from costmodel.specs.errors import MAX_INT, SpecError, require_bool, require_choice, require_int, require_number
 from costmodel.specs.hashing import hash_once
 from costmodel.specs.layout import parse_layout
 
@@ -32,6 +32,11 @@ PARAMETER_COPIES = {"dualpipe": 2}
 # (--cuda-graph-impl transformer_engine|local, --cuda-graph-modules unset: the whole layer);
 # "full_iteration", the forward-backward of the whole step (--cuda-graph-impl full_iteration).
 CUDA_GRAPH_SCOPES = ("none", "layers", "full_iteration")
+
+
+_POSITIVE_INTS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size")
+_BOOLS = ("sequence_parallel", "flash_attention", "allow_tp_across_nodes", "tp_comm_overlap", "overlap_grad_reduce",
+          "overlap_param_gather", "account_for_embedding", "account_for_loss")
 
 
 @hash_once
@@ -130,8 +135,11 @@ class Strategy:
     def __post_init__(self) -> None:
         if self.sequence_parallel is None:  # Megatron-Core / NeMo recipes turn it on whenever tp > 1
             object.__setattr__(self, "sequence_parallel", isinstance(self.tp, int) and self.tp > 1)
-        for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size", "global_batch_size"):
-            require_int(f"strategy.{name}", getattr(self, name))
+        # a sweep builds every strategy of its space: the plain valid case costs no message formatting
+        for name in _POSITIVE_INTS:
+            value = getattr(self, name)
+            if type(value) is not int or not 1 <= value <= MAX_INT:
+                require_int(f"strategy.{name}", value)
         require_choice("strategy.recompute", self.recompute, RECOMPUTE)
         require_choice("strategy.precision", self.precision, PRECISIONS)
         require_choice("strategy.cp_comm_type", self.cp_comm_type, CP_COMM_TYPES)
@@ -140,9 +148,10 @@ class Strategy:
         require_int("strategy.pipeline_flushes", self.pipeline_flushes)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
             raise SpecError("strategy.zero_stage", self.zero_stage, "one of 0, 1, 2, 3")
-        for name in ("sequence_parallel", "flash_attention", "allow_tp_across_nodes", "tp_comm_overlap",
-                     "overlap_grad_reduce", "overlap_param_gather", "account_for_embedding", "account_for_loss"):
-            require_bool(f"strategy.{name}", getattr(self, name))
+        for name in _BOOLS:
+            value = getattr(self, name)
+            if value is not True and value is not False:
+                require_bool(f"strategy.{name}", value)
         self._check_moe_knobs()
         self._check_pipeline_layout()
 

@@ -20,6 +20,9 @@ from costmodel.specs.reads import ReadsView
 from costmodel.specs.strategy import Strategy
 
 _MAX_CODE = 1 << 40  # joint codes are re-numbered before they could overflow int64
+_PLAIN = frozenset({bool, int, float, str, type(None)})
+"""Types whose values are equal only within the type, but for the numeric ones among themselves."""
+_NUMERIC = frozenset({bool, int, float})
 
 
 class StrategyTable:
@@ -42,12 +45,15 @@ class StrategyTable:
         """Per row, the index of its value of ``field`` in the distinct values (the second item)."""
         hit = self._codes.get(field)
         if hit is None:
-            # keyed by type too: 1 and 1.0 (a capacity factor given either way) hash alike but are two values
-            column = [(v.__class__, v) for v in map(attrgetter(field), self.strategies)]
-            typed = tuple(dict.fromkeys(column))
-            index = {v: i for i, v in enumerate(typed)}
+            column: list[Any] = list(map(attrgetter(field), self.strategies))
+            kinds = set(map(type, column))
+            typed = not kinds <= _PLAIN or len(kinds & _NUMERIC) > 1
+            if typed:  # keyed by type too: 1 and 1.0 (a capacity factor given either way) hash alike but are two
+                column = [(v.__class__, v) for v in column]
+            distinct = tuple(dict.fromkeys(column))
+            index = {v: i for i, v in enumerate(distinct)}
             codes = np.fromiter(map(index.__getitem__, column), dtype=np.int64, count=len(column))
-            hit = self._codes[field] = (codes, tuple(v for _, v in typed))
+            hit = self._codes[field] = (codes, tuple(v for _, v in distinct) if typed else distinct)
         return hit
 
     def rows_where(self, field: str, keep: Callable[[Any], bool], rows: np.ndarray | None = None) -> np.ndarray:
