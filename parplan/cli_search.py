@@ -94,7 +94,7 @@ def register(subparsers: Any) -> None:
                           "strategy")
     how.add_argument("--exhaustive-limit", type=non_negative_int, default=DEFAULT_EXHAUSTIVE_LIMIT, metavar="N",
                      help=f"largest space --sampler auto sweeps exactly (default {DEFAULT_EXHAUSTIVE_LIMIT:,}: up to "
-                          "about 2 min on two cores; larger spaces get tpe); several GPU counts share it")
+                          "about a minute on two cores; larger spaces get tpe); several GPU counts share it")
     how.add_argument("--trials", type=positive_int, default=None, help="trials in total (default 200; 300 for nsga2)")
     how.add_argument("--seed", type=seed, default=0)
     how.add_argument("--memory-margin", type=number_in(0.0, MAX_MEMORY_MARGIN, strict=False),

@@ -20,7 +20,8 @@ search``'s default memory margin (``benchmarks/search.py --cli-margin``, 2026-12
 hill-climb misses the optimum by more than 2% on five of its thirteen problems, all below this limit: GPT-3 175B on
 1,024 A100 by 7.2% (310,704 strategies), Llama-3.1-405B on 2,048 H100 by 7.4% (413,760), GPT-NeoX-20B on 128 A100
 by 3.4%, Llama-3.1-8B on 8 H100 by 4.0% and 70B on 1,024 H100 by 2.3%. The two larger spaces (MoE, 0.9 and 1.6
-million) are within 0.1% with TPE. A sweep runs 3,100-6,700 strategies/s on two cores (171,000 in 26 s, 413,760
-in 63-91 s, 492,360 in 132 s), with a progress line."""
+million) are within 0.1% with TPE. A sweep runs 8,600-10,400 strategies/s on two cores (2026-12-07: 171,000 in
+16.5 s, 310,704 in 36 s, 413,760 in 42 s; 26, 69 and 69 s before that day's speed-ups, in the same run), with a
+progress line."""
 OBJECTIVES: Final = ("time", "pareto")
 """What one search minimises: the step time, or the step time vs peak memory front."""
