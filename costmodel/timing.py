@@ -293,10 +293,11 @@ class OperatorTimer:
 
     def time_ops(self, ops: Sequence[Op]) -> TimedOps:
         """Seconds for one execution of each op (batched for the uncached ones)."""
-        missing = [op for op in ops if self._key(op) not in self._memo]
+        memo, keys = self._memo, [self._key(op) for op in ops]
+        missing = [op for op, key in zip(ops, keys) if key not in memo]
         if missing:
             self._fill(missing)
-        results = [self._memo[self._key(op)] for op in ops]
+        results = [memo[key] for key in keys]
         notes = sorted({note for r in results for note in r[2]})
         return TimedOps(ops, np.array([r[0] for r in results]), [r[1] for r in results], notes)
 
