@@ -17,6 +17,7 @@ from functools import wraps
 from typing import Any, TypeVar
 
 R = TypeVar("R")
+_MISSING = object()
 
 
 def for_last_run(fn: Callable[..., R]) -> Callable[..., R]:
@@ -29,8 +30,8 @@ def for_last_run(fn: Callable[..., R]) -> Callable[..., R]:
         memo = last
         if memo[0] is not run:
             memo = last = (run, {})
-        hit = memo[1].get(args, memo)  # the memo tuple itself: never a stored answer
-        if hit is memo:
+        hit = memo[1].get(args, _MISSING)
+        if hit is _MISSING:
             hit = memo[1][args] = fn(run, *args)
         return hit
 
@@ -38,6 +39,8 @@ def for_last_run(fn: Callable[..., R]) -> Callable[..., R]:
 
 
 _MAX_ENTRIES = 1 << 17  # per function and problem: a sweep's distinct combinations, bounded
+MEMOISED_BY_READS: list[Callable[..., Any]] = []
+"""Every :func:`by_reads` function: their declared reads are a correctness promise, checked by a test."""
 
 
 def by_reads(fn: Callable[..., R]) -> Callable[..., R]:
@@ -58,9 +61,10 @@ def by_reads(fn: Callable[..., R]) -> Callable[..., R]:
                 or memo[3] != run.seq_length or len(memo[4]) > _MAX_ENTRIES:
             memo = problem = (run.model, run.cluster, run.framework, run.seq_length, {})
         key = (fields(run.strategy), args)
-        hit = memo[4].get(key, memo)
-        if hit is memo:
+        hit = memo[4].get(key, _MISSING)
+        if hit is _MISSING:
             hit = memo[4][key] = fn(run, *args)
         return hit
 
+    MEMOISED_BY_READS.append(memoised)
     return memoised

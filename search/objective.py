@@ -211,7 +211,7 @@ def prewarm(runs: Iterable[RunSpec], timer: OperatorTimer) -> None:
         return layer_ops[key]
 
     for run in runs:
-        for stage in distinct_stages(run.strategy.pp):
+        for stage in distinct_stages(run):
             key = stage_ops_key(run, stage)
             if key not in by_key and key not in timer.stage_memo:
                 by_key[key] = stage_ops(run, stage, layer_ops_of)

@@ -105,14 +105,13 @@ def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer) -> StageComput
                         optimizer_s=optimizer[0], attention_s=attention, notes=optimizer[1], wgrad_s=wgrad)
 
 
-def distinct_stages(pp: int) -> list[int]:
-    """Stages whose work differs: the first, one middle stage, the last."""
-    return sorted({0, min(1, pp - 1), pp - 1})
+def distinct_stages(run: RunSpec) -> list[int]:
+    """The stages whose work differs (``PipelineLayout.rank_key``): the first of each kind, in order."""
+    return sorted(set(layout_of(run.model, run.strategy).first_alike))
 
 
 def pipeline_compute(run: RunSpec, timer: OperatorTimer) -> dict[int, StageCompute]:
     """Compute time of every pipeline stage; stages holding the same layers (``PipelineLayout.rank_key``)
     share one result, that of the first of them (an even split's middle stages share stage 1's)."""
-    alike = layout_of(run.model, run.strategy).first_alike
-    computed = {st: stage_compute(run, st, timer) for st in sorted(set(alike))}
-    return {st: computed[first] for st, first in enumerate(alike)}
+    computed = {st: stage_compute(run, st, timer) for st in distinct_stages(run)}
+    return {st: computed[first] for st, first in enumerate(layout_of(run.model, run.strategy).first_alike)}

@@ -295,7 +295,9 @@ def sharded_pass_seconds(layers: int, compute_s: float, gather_s: float, scatter
     """
     if layers <= 0:
         return 0.0
-    # A search calls this tens of thousands of times: one flat loop, the window's shape precomputed.
+    # A search calls this tens of thousands of times: one flat loop, the window's shape precomputed, and
+    # the channel's issue step (start at max(trigger, channel free), then hold it) written out at each
+    # of its three places, as a call per collective cost more than the rest of the loop.
     counts, parts = _gather_schedule(layers, prefetch)
     busy: list[tuple[float, float]] = []  # comm intervals, in channel order
     done: list[float] = []  # when each issued gather completes

@@ -447,7 +447,7 @@ def predict_step(run: RunSpec, timer: OperatorTimer,
     # the step's first gathers (pipelined FSDP2's, or ZeRO-1/2's overlapped parameter all-gather)
     # delay the first forward of their stage, and behind it the whole pipeline: the slowest stage's.
     # Rank i's first forward waits for the first model chunk's forward on every rank before it.
-    head, upstream = 0.0, 0.0  # upstream: the forwards of the ranks before this one (a left fold, as sum())
+    head, upstream = 0.0, 0.0  # upstream: the forwards of the ranks before this one, added in rank order
     for t, end in zip(stages, ends):
         head = max(head, end.first_gathers_s + _gather_head(end.gather_plan, upstream / s.vpp))
         upstream += t.forward_s

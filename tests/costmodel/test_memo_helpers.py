@@ -99,3 +99,37 @@ def test_hash_once_refuses_an_unhashable_class() -> None:
         @dataclass
         class Mutable:
             x: int
+
+
+@pytest.mark.parametrize("model, gpus", [("llama3.1-8b", 64), ("mixtral-8x7b", 64), ("deepseek-v3-mtp", 64)])
+def test_by_reads_functions_read_only_what_they_declare(model: str, gpus: int) -> None:
+    """A ``by_reads`` memo hands one strategy's answer to another that shares the declared fields: each such
+    function of the cost model must give its answer through a view that refuses every other field."""
+    import copy
+    import random
+
+    import constraints.memory  # noqa: F401 - registers its by_reads functions
+    import costmodel.llm.compute  # noqa: F401
+    from costmodel.run_memo import MEMOISED_BY_READS
+    from costmodel.specs.reads import ReadsView
+    from search import SearchProblem, build_space
+    from search.space import LAYOUT_KNOBS, setting_conflicts
+
+    checked = [fn for fn in MEMOISED_BY_READS if fn.__module__.split(".")[0] in ("constraints", "costmodel")]
+    assert {fn.__name__ for fn in checked} >= {"params_on_gpu", "optimizer_params_on_gpu"}
+    problem = SearchProblem(model=get_model(model), gpu=get_gpu("h100-sxm5-80gb"), num_gpus=gpus,
+                            global_batch_size=512, seq_length=4096)
+    space, rng = build_space(problem), random.Random(0)
+    for layout in rng.sample(space.layouts, min(40, len(space.layouts))):  # a random legal strategy of each
+        picked = dict(zip(LAYOUT_KNOBS, layout))
+        legal = [[v for v in values if not setting_conflicts(picked, k, v, problem.framework)]
+                 for k, values in space.settings]
+        if not all(legal):
+            continue
+        strategy = space.strategy_of(layout, [rng.choice(values) for values in legal])
+        run = problem.run(strategy)
+        viewed = copy.copy(run)
+        for fn in checked:  # each takes (run, stage)
+            object.__setattr__(viewed, "strategy", ReadsView(strategy, fn.reads))  # type: ignore[attr-defined]
+            for stage in range(strategy.pp):
+                assert fn.__wrapped__(viewed, stage) == fn.__wrapped__(run, stage)  # type: ignore[attr-defined]
