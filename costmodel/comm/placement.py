@@ -296,20 +296,8 @@ def group_placement(kind: str, strategy: Strategy, cluster: ClusterSpec,
     -------
     GroupPlacement
     """
-    # One step-time prediction asks its strategy for 10-150 placements in a row, many of them twice:
-    # the last (strategy, cluster) keeps its answers (replaced as one tuple, so threads never share
-    # a dict of another strategy's); a search asks for the same few placements of thousands of
-    # strategies, so a miss here is a hit of ``_checked_placement`` (checks run on its misses only).
-    global _LAST_ASKED
-    last = _LAST_ASKED
-    if last[0] is not strategy or last[1] is not cluster:
-        last = _LAST_ASKED = (strategy, cluster, _layout(strategy), {})
-    key = (kind, order, stage)
-    hit = last[3].get(key)
-    if hit is None:
-        hit = _checked_placement(kind, last[2], cluster, order, stage)
-        last[3][key] = hit
-    return hit
+    # a search asks for the same few placements of thousands of strategies: checks run on a miss only
+    return _checked_placement(kind, _layout(strategy), cluster, order, stage)
 
 
 def pipeline_placements(kinds: tuple[str, ...], strategy: Strategy, cluster: ClusterSpec,
@@ -328,10 +316,6 @@ def _pipeline_placements(kinds: tuple[str, ...], layout: _Layout, cluster: Clust
         groups = tuple(_checked_placement(kind, layout, cluster, order, stage) for kind in kinds)
         per_rank.append(alike.setdefault(groups, groups))
     return tuple(per_rank)
-
-
-_Asked = dict[tuple[str, str, int | None], GroupPlacement]
-_LAST_ASKED: tuple[Strategy | None, ClusterSpec | None, _Layout | None, _Asked] = (None, None, None, {})
 
 
 @lru_cache(maxsize=65536)
