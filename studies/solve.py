@@ -59,7 +59,8 @@ def search(problem: Problem) -> tuple[SearchResult, tuple[optuna.trial.FrozenTri
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "study created" line per problem
         directions = [optuna.study.StudyDirection[d.upper()] for d in searcher.directions]
         study = optuna.create_study(directions=directions, sampler=searcher.make_sampler())
-        evaluations = searcher.search(space, evaluator, n_trials=settings.trials, study=study)
+        # in memory, read once the search ends: its trials are copied then, not one by one
+        evaluations = searcher.search(space, evaluator, n_trials=settings.trials, study=study, store_each=False)
         elapsed = time.perf_counter() - start
     result = SearchResult(problem=sp, evaluations=tuple(evaluations), sampler=sampler,
                           objective=settings.objective, elapsed_s=elapsed, profile_dir=evaluator.profile_dir,

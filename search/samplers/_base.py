@@ -36,7 +36,7 @@ class BaseSearcher(abc.ABC):
     @abc.abstractmethod
     def search(self, space: StrategySpace, evaluator: Evaluator, *, n_trials: int | None,
                study: Any = None, on_trial: TrialCallback | None = None,
-               starts: Sequence[Strategy] = ()) -> list[Any]:
+               starts: Sequence[Strategy] = (), store_each: bool = True) -> list[Any]:
         """Evaluations (``search.objective.Evaluation``) in proposal order.
 
         Parameters
@@ -54,6 +54,10 @@ class BaseSearcher(abc.ABC):
         starts : sequence of Strategy
             Strategies of the space to try first (a user's own strategy), within ``n_trials``; a
             sweep of the whole space tries them anyway.
+        store_each : bool
+            Store each trial in ``study`` as it finishes, so that an interrupted search resumes from
+            it (default). False: store them all once the search ends, for an in-memory study that
+            nothing reads meanwhile (a trial copied as it finishes costs Optuna a deep copy).
         """
 
     def make_sampler(self) -> Any:

@@ -61,7 +61,8 @@ class ExhaustiveSearcher(BaseSearcher):
 
     def search(self, space: StrategySpace, evaluator: Evaluator, *, n_trials: int | None = None,
                study: Any = None, on_trial: TrialCallback | None = None,
-               starts: Sequence[Strategy] = ()) -> list[Evaluation]:
+               starts: Sequence[Strategy] = (), store_each: bool = True) -> list[Evaluation]:
+        # store_each is moot: a sweep stores its trials once it ends, in one call
         strategies = list(space)
         if n_trials is not None:
             strategies = strategies[:n_trials]

@@ -142,7 +142,7 @@ class OptunaSearcher(BaseSearcher):
                   on_trial: TrialCallback | None, store: Any = None) -> Callable[[int], None]:
         """``optimize(n)`` runs ``n`` more trials of ``study`` (nothing when ``n <= 0``).
 
-        Each complete trial is copied to ``store`` (the stored study) as it finishes.
+        Each complete trial is copied to ``store`` (the stored study, if any) as it finishes.
         """
         objective = optuna_objective(evaluator, space, self.objective)
 
@@ -168,21 +168,23 @@ class OptunaSearcher(BaseSearcher):
 
     def search(self, space: StrategySpace, evaluator: Evaluator, *, n_trials: int | None,
                study: Any = None, on_trial: TrialCallback | None = None,
-               starts: Sequence[Strategy] = ()) -> list[Evaluation]:
+               starts: Sequence[Strategy] = (), store_each: bool = True) -> list[Evaluation]:
         total = self.default_trials if n_trials is None else n_trials
         verbosity = optuna.logging.get_verbosity()
         # No line per trial or study, and no traceback for the trial Ctrl-C cuts off (it is marked failed).
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         try:
-            return self._search(space, evaluator, total, study, on_trial, starts)
+            return self._search(space, evaluator, total, study, on_trial, starts, store_each)
         finally:
             optuna.logging.set_verbosity(verbosity)
 
     def _search(self, space: StrategySpace, evaluator: Evaluator, total: int, store: Any,
-                on_trial: TrialCallback | None, starts: Sequence[Strategy] = ()) -> list[Evaluation]:
+                on_trial: TrialCallback | None, starts: Sequence[Strategy] = (),
+                store_each: bool = True) -> list[Evaluation]:
         work = optuna.create_study(directions=study_directions(self.directions), sampler=self.make_sampler())
         if store is not None:
             work.add_trials([working_copy(t) for t in finished_trials(store)])
+        resumed = len(work.get_trials(deepcopy=False))
         # Resuming: the stored strategies are evaluated again (one batch, memoised), not run again.
         tried = evaluator.evaluate_many(strategy_from_attrs(t.user_attrs, space) for t in finished_trials(work))
         # The caller's starts run first (the sampler and the hill-climb then see them), unless already tried.
@@ -193,5 +195,9 @@ class OptunaSearcher(BaseSearcher):
             work.enqueue_trial(space.knobs_of(strategy), skip_if_exists=False)
             seen.add(strategy)
         if finished(work) < total:
-            self._run(work, space, evaluator, total, self.optimizer(work, space, evaluator, total, on_trial, store))
+            self._run(work, space, evaluator, total,
+                      self.optimizer(work, space, evaluator, total, on_trial, store if store_each else None))
+        if store is not None and not store_each:  # what finished_one would have stored, in the same order
+            store.add_trials([stored_copy(t) for t in work.get_trials(deepcopy=False)[resumed:]
+                              if t.state == TrialState.COMPLETE])
         return [evaluator.evaluate(strategy_from_attrs(t.user_attrs, space)) for t in finished_trials(work)]
