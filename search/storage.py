@@ -28,6 +28,28 @@ def study_directions(directions: tuple[str, ...]) -> list[optuna.study.StudyDire
     return [optuna.study.StudyDirection[d.upper()] for d in directions]
 
 
+class TrialList:
+    """Finished trials kept in a plain list: a searcher's ``study`` argument (``get_trials``, ``add_trials``,
+    ``add_trial``) for trials the caller copies elsewhere once the search ends (``studies.solve``).
+
+    An in-memory Optuna study would deep-copy each trial added, only for the caller to copy it again.
+    """
+
+    def __init__(self) -> None:
+        self.trials: list[optuna.trial.FrozenTrial] = []
+
+    def get_trials(self, deepcopy: bool = False,
+                   states: tuple[optuna.trial.TrialState, ...] | None = None) -> list[optuna.trial.FrozenTrial]:
+        """The trials added, in order (of ``states`` only, if given); never copies (``deepcopy`` is ignored)."""
+        return [t for t in self.trials if states is None or t.state in states]
+
+    def add_trials(self, trials: list[optuna.trial.FrozenTrial]) -> None:
+        self.trials.extend(trials)
+
+    def add_trial(self, trial: optuna.trial.FrozenTrial) -> None:
+        self.trials.append(trial)
+
+
 def _redact(url: str) -> str:
     try:
         return sa.engine.make_url(url).render_as_string(hide_password=True)

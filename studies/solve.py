@@ -1,7 +1,7 @@
 """Search one problem and turn the outcome into a :class:`~studies.result.ProblemResult`.
 
-The search runs on an in-memory Optuna study; its trials are handed back so
-that the caller stores them in the study's storage in one go. Searching
+The search keeps its trials in a plain list (``search.storage.TrialList``); they
+are handed back so that the caller stores them in the study's storage in one go. Searching
 directly against an RDB storage costs about 26 commits per trial (25 ms of
 SQLAlchemy per trial measured on SQLite, 25x the search itself), which is what
 would break the study's time budget; one bulk copy per problem keeps every
@@ -26,6 +26,7 @@ from threadpoolctl import threadpool_limits
 from costmodel.specs.errors import SpecError
 from search import Evaluator, SearchResult, build_space, contract_prediction, explain_infeasible, make_searcher
 from search.run import resolve_sampler
+from search.storage import TrialList
 from search import strategy_label as label_of
 from studies.problems import Problem, profile_hash
 from studies.result import ProblemResult
@@ -44,7 +45,7 @@ class Solved:
 
 
 def search(problem: Problem) -> tuple[SearchResult, tuple[optuna.trial.FrozenTrial, ...], tuple[str, ...]]:
-    """Run ``problem``'s search on a fresh in-memory study (what ``search.run_search`` does, keeping the study).
+    """Run ``problem``'s search, keeping its trials (what ``search.run_search`` does, with the trials kept).
 
     TODO(search): ``run_search(..., study=...)`` or returning the study would let this call it directly.
     """
@@ -56,16 +57,14 @@ def search(problem: Problem) -> tuple[SearchResult, tuple[optuna.trial.FrozenTri
         sampler, reason = resolve_sampler(settings.sampler, space, settings.objective, settings.trials)
         searcher = make_searcher(sampler, objective=settings.objective, seed=settings.seed, n_jobs=1)
         evaluator = Evaluator(sp, settings.profile)
-        optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "study created" line per problem
-        directions = [optuna.study.StudyDirection[d.upper()] for d in searcher.directions]
-        study = optuna.create_study(directions=directions, sampler=searcher.make_sampler())
-        # in memory, read once the search ends: its trials are copied then, not one by one
-        evaluations = searcher.search(space, evaluator, n_trials=settings.trials, study=study, store_each=False)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "study created" line per problem (work study)
+        store = TrialList()  # read once the search ends: its trials are added then, not one by one
+        evaluations = searcher.search(space, evaluator, n_trials=settings.trials, study=store, store_each=False)
         elapsed = time.perf_counter() - start
     result = SearchResult(problem=sp, evaluations=tuple(evaluations), sampler=sampler,
                           objective=settings.objective, elapsed_s=elapsed, profile_dir=evaluator.profile_dir,
                           evaluator=evaluator, sampler_reason=reason)
-    trials = tuple(t for t in study.get_trials(deepcopy=False) if t.state.is_finished())
+    trials = tuple(t for t in store.get_trials() if t.state.is_finished())
     return result, trials, tuple(searcher.directions)
 
 

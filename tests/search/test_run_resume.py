@@ -87,22 +87,24 @@ def test_malformed_storage_is_one_spec_error(problem, url: str) -> None:  # type
     assert "\n" not in str(info.value)
 
 
-def _stored(study: optuna.Study) -> list[tuple]:  # type: ignore[type-arg]
-    return [(t.number, t.state, t.values, t.params, t.user_attrs, t.system_attrs) for t in study.get_trials()]
+def _stored(study) -> list[tuple]:  # type: ignore[no-untyped-def, type-arg]
+    return [(t.state, t.values, t.params, t.user_attrs, t.system_attrs) for t in study.get_trials()]
 
 
 @pytest.mark.parametrize("resume_from", [0, 25])
 def test_storing_at_the_end_stores_what_storing_each_trial_does(problem, resume_from: int) -> None:  # type: ignore[no-untyped-def]
     from search import build_space, make_searcher
+    from search.storage import TrialList
 
     space = build_space(problem)
     stores = []
-    for store_each in (True, False):
+    for store_each, store in ((True, "study"), (False, "study"), (False, "list")):
         searcher = make_searcher("tpe", seed=3)
-        store = optuna.create_study(sampler=searcher.make_sampler())
-        if resume_from:  # a stored study to resume: only the new trials may be added at the end
-            make_searcher("tpe", seed=3).search(space, analytic_evaluator(problem), n_trials=resume_from, study=store)
-        searcher.search(space, analytic_evaluator(problem), n_trials=TRIALS, study=store, store_each=store_each)
-        stores.append(_stored(store))
+        target = optuna.create_study(sampler=searcher.make_sampler()) if store == "study" else TrialList()
+        if resume_from:  # a stored search to resume: only the new trials may be added at the end
+            make_searcher("tpe", seed=3).search(space, analytic_evaluator(problem), n_trials=resume_from,
+                                                study=target)
+        searcher.search(space, analytic_evaluator(problem), n_trials=TRIALS, study=target, store_each=store_each)
+        stores.append(_stored(target))
     assert len(stores[0]) == TRIALS
-    assert stores[0] == stores[1]
+    assert stores[0] == stores[1] == stores[2]
