@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from costmodel.llm.messages import BF16, activation_bytes, activation_wire_bytes, rank_tokens
-from costmodel.ops import gemm
+from costmodel.ops import Op, gemm
 from costmodel.llm.recompute import layer_recompute_fraction, recompute_policy
 from costmodel.llm.sharding import NCCL_COMPUTE_SLOWDOWN, overlapped_seconds, slowed_compute_seconds
 from costmodel.specs.runspec import RunSpec
@@ -164,18 +164,21 @@ def _layer_linears(run: RunSpec, moe: bool = False) -> tuple[_Linear, ...]:
     return attention + (_Linear("fc1", up, h, True), _Linear("fc2", h, inner, False))
 
 
-def _gemm_seconds(timer: OperatorTimer, role: str, m: int, n: int, k: int, precision: str) -> float:
-    """One GEMM ``(m, n, k)`` in the run's precision, timed like ``costmodel.llm.decompose``'s linears."""
-    op = gemm(f"tp_chunk.{role}", "fwd" if role == "fwd" else "bwd", max(m, 1), n, k, precision, 1.0,
-              1.0 if precision == "fp8" else 2.0)
-    return float(timer.time_ops([op]).seconds[0])
+GemmSeconds = Callable[[str, int, int, int], float]
+"""``(role, m, n, k) -> seconds`` of one GEMM in the run's precision (``_gemm_op``)."""
 
 
-def _forward_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, lin: _Linear) -> float:
+def _gemm_op(role: str, m: int, n: int, k: int, precision: str) -> Op:
+    """One GEMM ``(m, n, k)`` in the run's precision, as ``costmodel.llm.decompose`` builds the linears."""
+    return gemm(f"tp_chunk.{role}", "fwd" if role == "fwd" else "bwd", max(m, 1), n, k, precision, 1.0,
+                1.0 if precision == "fp8" else 2.0)
+
+
+def _forward_exposed(run: RunSpec, gemm_s: GemmSeconds, collective: Collective, lin: _Linear) -> float:
     s = run.strategy
     tokens = rank_tokens(run)
     precision, tp = s.precision, s.tp
-    full = _gemm_seconds(timer, "fwd", tokens, lin.n, lin.k, precision)
+    full = gemm_s("fwd", tokens, lin.n, lin.k)
     gathered = activation_bytes(run, activation_wire_bytes(precision))
     reduced = activation_bytes(run, BF16)
     if not s.sequence_parallel:
@@ -185,20 +188,20 @@ def _forward_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective,
     cfg = UB_METHODS[f"{lin.name}_fprop"]
     slow = sm_share_slowdown(cfg.num_sm, run.cluster.gpu.num_sms)
     if lin.column:  # ring exchange over tp chunks of the gathered input
-        chunk = _gemm_seconds(timer, "fwd", tokens // tp, lin.n, lin.k, precision)
+        chunk = gemm_s("fwd", tokens // tp, lin.n, lin.k)
         return ring_gather_seconds(chunk, collective("send_recv", gathered / tp), tp, slow) - full
     splits = cfg.num_splits
-    chunk = _gemm_seconds(timer, "fwd", tokens // splits, lin.n, lin.k, precision)
+    chunk = gemm_s("fwd", tokens // splits, lin.n, lin.k)
     return pipelined_scatter_seconds(chunk, collective("reduce_scatter", reduced / splits), splits, slow,
                                      run.framework.tp_comm_sm_margin) - full
 
 
-def _backward_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective, lin: _Linear) -> float:
+def _backward_exposed(run: RunSpec, gemm_s: GemmSeconds, collective: Collective, lin: _Linear) -> float:
     s = run.strategy
     tokens = rank_tokens(run)
     precision, tp = s.precision, s.tp
-    dgrad = _gemm_seconds(timer, "dgrad", tokens, lin.k, lin.n, precision)
-    wgrad = _gemm_seconds(timer, "wgrad", lin.n, lin.k, tokens, precision)
+    dgrad = gemm_s("dgrad", tokens, lin.k, lin.n)
+    wgrad = gemm_s("wgrad", lin.n, lin.k, tokens)
     gathered = activation_bytes(run, activation_wire_bytes(precision))
     reduced = activation_bytes(run, BF16)
     if not s.sequence_parallel:  # input-gradient all-reduce of column linears under their wgrad
@@ -213,7 +216,7 @@ def _backward_exposed(run: RunSpec, timer: OperatorTimer, collective: Collective
     num_sms = run.cluster.gpu.num_sms
     if not lin.column:  # ring exchange of the output gradient over tp dgrad chunks
         cfg = UB_METHODS[f"{lin.name}_dgrad"]
-        chunk = _gemm_seconds(timer, "dgrad", tokens // tp, lin.k, lin.n, precision)
+        chunk = gemm_s("dgrad", tokens // tp, lin.k, lin.n)
         slow = sm_share_slowdown(cfg.num_sm, num_sms)
         return ring_gather_seconds(chunk, collective("send_recv", gathered / tp), tp, slow) - dgrad
     ag, rs = UB_METHODS[f"{lin.name}_dgrad"], UB_METHODS[f"{lin.name}_wgrad"]
@@ -234,9 +237,26 @@ def tp_layer_exposed_s(run: RunSpec, timer: OperatorTimer, collective: Collectiv
     if s.tp == 1:
         return 0.0
     forward_passes = 1 + layer_recompute_fraction(recompute_policy(run))
+    linears, precision = _layer_linears(run, moe), s.precision
+    # A dry run lists the layer's GEMM shapes so that the timer predicts them in one call (a predictor
+    # call costs ~0.2 ms whatever its rows); the real run below then finds each one timed.
+    shapes: list[Op] = []
+    for lin in linears:
+        for exposed in (_forward_exposed, _backward_exposed):
+            exposed(run, lambda *shape: shapes.append(_gemm_op(*shape, precision)) or 1.0, _no_wire, lin)
+    timer.time_ops(shapes)
+
+    def gemm_s(role: str, m: int, n: int, k: int) -> float:
+        return float(timer.time_ops([_gemm_op(role, m, n, k, precision)]).seconds[0])
+
     total = 0.0
-    for lin in _layer_linears(run, moe):
+    for lin in linears:
         # a chunk GEMM timed faster than its share of the whole is table noise, not hidden time
-        total += forward_passes * max(0.0, _forward_exposed(run, timer, collective, lin))
-        total += max(0.0, _backward_exposed(run, timer, collective, lin))
+        total += forward_passes * max(0.0, _forward_exposed(run, gemm_s, collective, lin))
+        total += max(0.0, _backward_exposed(run, gemm_s, collective, lin))
     return total
+
+
+def _no_wire(op: str, message_bytes: float) -> float:
+    """A collective that takes no time (``tp_layer_exposed_s``'s dry run)."""
+    return 0.0
