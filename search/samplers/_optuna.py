@@ -57,10 +57,14 @@ class HistorySeededSampler(optuna.samplers.BaseSampler):
         ``make(seed)`` returns the inner sampler.
     seed : int
         Base seed.
+    reseed : callable, optional
+        ``reseed(sampler, seed)`` seeds the inner sampler in place as ``make(seed)`` seeds a new one
+        and returns True, or returns False (a new one is made).
     """
 
-    def __init__(self, make: Callable[[int], optuna.samplers.BaseSampler], seed: int) -> None:
-        self._make, self._seed = make, seed
+    def __init__(self, make: Callable[[int], optuna.samplers.BaseSampler], seed: int,
+                 reseed: Callable[[optuna.samplers.BaseSampler, int], bool] | None = None) -> None:
+        self._make, self._seed, self._reseed = make, seed, reseed
         self._inner = make(seed)
         self._group_space = IncrementalGroupSearchSpace()
 
@@ -68,7 +72,9 @@ class HistorySeededSampler(optuna.samplers.BaseSampler):
         return int(np.random.SeedSequence([self._seed, finished(study)]).generate_state(1)[0])
 
     def before_trial(self, study: Any, trial: optuna.trial.FrozenTrial) -> None:
-        self._inner = self._make(self._trial_seed(study))
+        seed = self._trial_seed(study)
+        if self._reseed is None or not self._reseed(self._inner, seed):
+            self._inner = self._make(seed)
         if getattr(self._inner, "_group_decomposed_search_space", None) is not None:
             self._inner._group_decomposed_search_space = self._group_space  # type: ignore[attr-defined]
         self._inner.before_trial(study, trial)
@@ -135,8 +141,13 @@ class OptunaSearcher(BaseSearcher):
         """The Optuna sampler for one trial, seeded with ``seed``."""
         raise NotImplementedError
 
+    def reseed_inner(self, sampler: optuna.samplers.BaseSampler, seed: int) -> bool:
+        """Seed ``sampler`` in place as ``make_inner_sampler(seed)`` would seed a new one; False: not possible
+        (``HistorySeededSampler`` then makes a new one)."""
+        return False
+
     def make_sampler(self) -> optuna.samplers.BaseSampler:
-        return HistorySeededSampler(self.make_inner_sampler, self.seed)
+        return HistorySeededSampler(self.make_inner_sampler, self.seed, self.reseed_inner)
 
     def optimizer(self, study: Any, space: StrategySpace, evaluator: Evaluator, total: int,
                   on_trial: TrialCallback | None, store: Any = None) -> Callable[[int], None]:

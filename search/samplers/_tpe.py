@@ -48,6 +48,16 @@ class TPESearcher(OptunaSearcher):
             return SplitMemoTPESampler(seed=seed, n_startup_trials=self.n_startup_trials,
                                        multivariate=True, group=True)
 
+    def reseed_inner(self, sampler: optuna.samplers.BaseSampler, seed: int) -> bool:
+        # TPESampler keeps no state between trials but its two random generators (search spaces and splits are
+        # recomputed from the study). A new one seeds each with a LazyRandomState(seed): RandomState(), which
+        # draws OS entropy, then .seed(seed), which resets the whole state. Building one per trial cost ~0.5 ms.
+        if not isinstance(sampler, optuna.samplers.TPESampler):
+            return False
+        sampler._rng.rng.seed(seed)  # noqa: SLF001 - the attributes TPESampler.__init__ seeds
+        sampler._random_sampler._rng.rng.seed(seed)  # noqa: SLF001
+        return True
+
     def _run(self, study: Any, space: StrategySpace, evaluator: Evaluator, total: int,
              optimize: Callable[[int], None]) -> None:
         # Each phase is decided from the finished trials alone, so a resumed run picks up the phase it was in.
