@@ -31,6 +31,7 @@ from costmodel.llm.flex_attention import flex_attention_ops
 from costmodel.llm.moe import expert_rows, local_tokens, routing
 from costmodel.llm.recompute import layer_recompute_fraction, recompute_policy
 from costmodel.ops import Op, gemm, memory_op
+from costmodel.run_memo import for_last_run
 from costmodel.specs.layout import EMBEDDING, LOSS, MTP, layout_of, stage_layer_counts
 from costmodel.specs.model import ModelSpec
 from costmodel.specs.runspec import RunSpec
@@ -543,6 +544,7 @@ def fa2_device(run: RunSpec) -> str | None:
     return run.cluster.gpu.name if run.framework.attention_kernel == "fa2" else None
 
 
+@for_last_run  # asked by every distinct stage and the launch overhead of one prediction; callers only read it
 def run_layer_ops(run: RunSpec, moe: bool) -> list[Op]:
     """One layer's operators as ``run``'s framework and GPU run them (``layer_ops`` with the run's settings)."""
     return layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run),
