@@ -26,6 +26,7 @@ from search.result import SearchResult
 from search.samplers import SAMPLERS, BaseSearcher, ExhaustiveSearcher, NSGAIISearcher, TPESearcher
 from search.samplers._base import TrialCallback
 from search.choices import DEFAULT_EXHAUSTIVE_LIMIT
+from search.gc_pace import fewer_collections
 from search.space import LAYOUT_KNOBS, SearchProblem, StrategySpace, build_space
 from search.storage import open_study
 
@@ -114,7 +115,7 @@ def run_search(problem: SearchProblem, *, sampler: str = "tpe", objective: str =
     """
     # a bad name or objective: one error, before the space is built (auto checked as what it may become)
     check_sampler(_auto_fallback(objective) if sampler == "auto" else sampler, objective)
-    with threadpool_limits(limits=1):
+    with threadpool_limits(limits=1), fewer_collections():
         start = time.perf_counter()
         space = build_space(problem)
         sampler, reason = resolve_sampler(sampler, space, objective, n_trials, exhaustive_limit)

@@ -25,6 +25,7 @@ from threadpoolctl import threadpool_limits
 
 from costmodel.specs.errors import SpecError
 from search import Evaluator, SearchResult, build_space, contract_prediction, explain_infeasible, make_searcher
+from search.gc_pace import fewer_collections
 from search.run import resolve_sampler
 from search.storage import TrialList
 from search import strategy_label as label_of
@@ -50,7 +51,7 @@ def search(problem: Problem) -> tuple[SearchResult, tuple[optuna.trial.FrozenTri
     TODO(search): ``run_search(..., study=...)`` or returning the study would let this call it directly.
     """
     settings = problem.search
-    with threadpool_limits(limits=1):
+    with threadpool_limits(limits=1), fewer_collections():
         start = time.perf_counter()
         sp = problem.search_problem()
         space = build_space(sp)
