@@ -88,10 +88,11 @@ def stage_totals(timer: OperatorTimer, ops: list[Any]) -> tuple[Any, ...]:
             timed.total_family("attention_fwd", ("fwd",)), tuple(timed.notes), float(wgrad))
 
 
-def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer, ops: list[Any] | None = None) -> StageCompute:
+def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer, ops: list[Any] | None = None,
+                  key: tuple[Any, ...] | None = None) -> StageCompute:
     """Time the operators of one pipeline stage (layer work memoised on ``timer`` by ``stage_ops_key``);
-    ``ops``: ``stage_ops(run, stage)`` where the caller built it already."""
-    key = stage_ops_key(run, stage)
+    ``ops``, ``key``: ``stage_ops(run, stage)`` and ``stage_ops_key(run, stage)`` where the caller has them."""
+    key = stage_ops_key(run, stage) if key is None else key
     totals = timer.stage_memo.get(key)
     if totals is None:
         totals = timer.stage_memo[key] = stage_totals(timer, stage_ops(run, stage) if ops is None else ops)
@@ -114,9 +115,9 @@ def distinct_stages(run: RunSpec) -> list[int]:
 def pipeline_compute(run: RunSpec, timer: OperatorTimer) -> dict[int, StageCompute]:
     """Compute time of every pipeline stage; stages holding the same layers (``PipelineLayout.rank_key``)
     share one result, that of the first of them (an even split's middle stages share stage 1's)."""
-    stages = distinct_stages(run)
-    new = {st: stage_ops(run, st) for st in stages if stage_ops_key(run, st) not in timer.stage_memo}
+    keys = {st: stage_ops_key(run, st) for st in distinct_stages(run)}
+    new = {st: stage_ops(run, st) for st, key in keys.items() if key not in timer.stage_memo}
     if len(new) > 1:  # the stages' new shapes in one predictor call (~0.2 ms each, whatever its rows)
         timer.time_ops([op for ops in new.values() for op in ops])
-    computed = {st: stage_compute(run, st, timer, new.get(st)) for st in stages}
+    computed = {st: stage_compute(run, st, timer, new.get(st), key) for st, key in keys.items()}
     return {st: computed[first] for st, first in enumerate(layout_of(run.model, run.strategy).first_alike)}
