@@ -127,6 +127,7 @@ def scale_up_domain_size(cluster: ClusterSpec) -> int:
     return max(1, min(size, cluster.num_gpus))
 
 
+@lru_cache(maxsize=64)  # every placement miss parses the order (a bad one raises again: errors are not cached)
 def _parse_order(order: str) -> tuple[str, ...]:
     tokens = order.lower().split("-")
     if "ep" not in tokens and "dp" in tokens:  # Megatron's default puts ep just inside dp
@@ -179,13 +180,19 @@ def _rank_rows(kind: str, layout: _Layout, tokens: tuple[str, ...], stage: int |
 def _hsdp_rows(kind: str, dp_cp: np.ndarray, shard: int) -> np.ndarray:
     """The shard (consecutive ``shard`` ranks of each dp_cp group) or replicate groups of HSDP."""
     size = dp_cp.shape[1]
-    shard = shard or size
-    if size % shard:
-        raise SpecError("strategy.hsdp_shard_size", shard, f"a divisor of dp * cp = {size}")
+    shard = _hsdp_shard(size, shard)
     blocks = dp_cp.reshape(dp_cp.shape[0], size // shard, shard)  # (group, replica, shard rank)
     if kind == "dp_shard":
         return blocks.reshape(-1, shard)
     return blocks.transpose(0, 2, 1).reshape(-1, size // shard)
+
+
+def _hsdp_shard(size: int, shard: int) -> int:
+    """Ranks of one HSDP shard group of a ``size``-rank dp_cp group (``shard`` 0: all of them)."""
+    shard = shard or size
+    if size % shard:
+        raise SpecError("strategy.hsdp_shard_size", shard, f"a divisor of dp * cp = {size}")
+    return shard
 
 
 def _stages_of(kind: str, stage: int, pp: int) -> list[int]:
@@ -247,15 +254,112 @@ def group_ranks(kind: str, strategy: Strategy, order: str = DEFAULT_ORDER, *,
     return _rank_rows(kind, layout, _parse_order(order), _check_stage(stage, layout.pp)).tolist()
 
 
-def _worst_spread(rows: np.ndarray, domain: int) -> tuple[int, int]:
-    """(fewest ranks sharing a domain, most domains spanned) over the groups in ``rows``."""
-    domains = rows // domain  # rows are ascending, so domain ids are non-decreasing along each row
+# (stride, indices) of grid dimensions: a group's copies sit ``stride * i`` apart for each index ``i``
+_Copies = list[tuple[int, range | list[int]]]
+# The ranks of the groups that start at copy offset 0: an arithmetic run ``(step, count)`` from 0 or,
+# where they form none, rows of ascending ranks (one, or one per HSDP shard or replica of a dp_cp group)
+_Pattern = tuple[int, int] | np.ndarray
+
+
+def _group_shape(kind: str, layout: _Layout, tokens: tuple[str, ...],
+                 stage: int | None) -> tuple[_Pattern, _Copies]:
+    """The ``kind`` groups (of ``stage``, if given) that ``_rank_rows`` lists, as a pattern and its copies.
+
+    Every group is a pattern's ranks (a row of them, if listed) plus ``stride * i`` for one ``i`` of
+    each of the copies' ``(stride, indices)``. In Megatron's default order every pattern is an
+    arithmetic run; rows need member dimensions that do not chain (``cp-tp-dp-pp`` makes dp_cp
+    two strided runs).
+    """
+    if kind in _HSDP_KINDS:
+        pattern, copies = _group_shape("dp_cp", layout, tokens, stage)
+        if not isinstance(pattern, tuple):
+            return _hsdp_rows(kind, pattern, layout.shard), copies
+        # a shard is ``shard`` consecutive ranks of the run, a replica every shard-th one
+        step, size = pattern
+        shard = _hsdp_shard(size, layout.shard)
+        if kind == "dp_shard":
+            return (step, shard), [*copies, (step * shard, range(size // shard))]
+        return (step * shard, size // shard), [*copies, (step, range(shard))]
+    sizes = _grid_sizes(layout, expert=kind in _EXPERT_KINDS)
+    members: list[tuple[int, int]] = []  # (stride, count) of the member dimensions, innermost first
+    copies: _Copies = []
+    stride = 1
+    for token in tokens:  # innermost first: a dimension's stride is the ranks of those inside it
+        indices: range | list[int] = range(sizes[token])
+        if token == "pp" and stage is not None:
+            indices = _stages_of(kind, stage, layout.pp)
+        if token not in _MEMBERS[kind]:
+            if len(indices) > 1 or indices[0]:
+                copies.append((stride, indices))
+        else:
+            if indices[0]:  # a pp pair starts at its first stage
+                copies.append((stride, [indices[0]]))
+            if members and members[-1][0] * members[-1][1] == stride:  # it chains onto the run inside it
+                members[-1] = (members[-1][0], members[-1][1] * len(indices))
+            elif len(indices) > 1:
+                members.append((stride, len(indices)))
+        stride *= sizes[token]
+    if len(members) <= 1:
+        return members[0] if members else (1, 1), copies
+    ranks = np.zeros(1, dtype=np.int64)
+    for member_stride, count in members:  # the ranks inside stay below member_stride: ascending
+        ranks = np.add.outer(np.arange(count) * member_stride, ranks).ravel()
+    return ranks.reshape(1, -1), copies
+
+
+def _worst_spread(pattern: _Pattern, copies: _Copies, segment: int) -> tuple[int, int]:
+    """(fewest ranks sharing a domain, most domains spanned) over the groups of a ``_group_shape``.
+
+    A group's domains are ``rank // segment`` and only how they change along the group counts, so
+    copies whose first ranks agree modulo ``segment`` are placed alike: each residue is placed once.
+    """
+    starts = _start_residues(copies, segment)
+    if not isinstance(pattern, tuple):
+        return _listed_spread(starts, pattern, segment)
+    step, count = pattern
+    if count == 1:
+        return 1, 1
+    if step >= segment:
+        return 1, count  # consecutive ranks a domain or more apart
+    fewest, most = count, 1
+    length = (count - 1) * step
+    # a domain's count depends on its edge modulo step, which repeats every step / gcd domains
+    period = step // math.gcd(segment, step)
+    for start in starts:  # the first rank sits in domain 0; step < segment leaves no domain empty
+        last = (start + length) // segment
+        if not last:
+            continue  # one domain holds the run
+        # ranks of the run below an edge e > start: ceil((e - start) / step) = -((start - e) // step)
+        low = min(-((start - segment) // step), count + (start - last * segment) // step)
+        for domain in range(1, min(last, 1 + period)):
+            low = min(low, (start - domain * segment) // step - (start - (domain + 1) * segment) // step)
+        fewest, most = min(fewest, low), max(most, last + 1)
+    return fewest, most
+
+
+def _start_residues(copies: _Copies, segment: int) -> set[int]:
+    """The first ranks of a pattern's copies, modulo ``segment``."""
+    starts = {0}
+    for stride, indices in copies:
+        period = segment // math.gcd(segment, stride)  # stride * i modulo segment repeats after period
+        if isinstance(indices, range) and len(indices) > period:
+            indices = range(period)
+        steps = {stride * i % segment for i in indices}
+        starts = {(start + step) % segment for start in starts for step in steps}
+    return starts
+
+
+def _listed_spread(starts: set[int], rows: np.ndarray, segment: int) -> tuple[int, int]:
+    """(fewest ranks sharing a domain, most domains spanned) of the ascending ``rows`` shifted by each of ``starts``."""
+    # only non-default orders list ranks, but thousands of them: numpy walks them
+    shifted = np.fromiter(starts, dtype=np.int64, count=len(starts))[:, None, None] + rows
+    domains = shifted.reshape(-1, rows.shape[1]) // segment  # non-decreasing along each row
     groups, size = domains.shape
     changes = domains[:, 1:] != domains[:, :-1]
     starts_mask = np.concatenate([np.ones((groups, 1), dtype=bool), changes], axis=1).ravel()
-    starts = np.flatnonzero(starts_mask)
-    runs = np.diff(np.append(starts, groups * size))
-    row_first_run = np.flatnonzero(starts % size == 0)
+    run_starts = np.flatnonzero(starts_mask)
+    runs = np.diff(np.append(run_starts, groups * size))
+    row_first_run = np.flatnonzero(run_starts % size == 0)
     fewest = np.minimum.reduceat(runs, row_first_run)
     return int(fewest.min()), int(changes.sum(axis=1).max()) + 1
 
@@ -310,12 +414,37 @@ def pipeline_placements(kinds: tuple[str, ...], strategy: Strategy, cluster: Clu
 @lru_cache(maxsize=16384)  # a sweep's strategies share a few thousand layouts
 def _pipeline_placements(kinds: tuple[str, ...], layout: _Layout, cluster: ClusterSpec,
                          order: str) -> tuple[tuple[GroupPlacement, ...], ...]:
+    # stage 0 first, kind by kind as before, so that a bad input raises the error it always raised
+    columns = [[_checked_placement(kind, layout, cluster, order, 0)] for kind in kinds]
+    if layout.pp > 1 and kinds:
+        tokens = _parse_order(order)
+        segment = _segment(layout, cluster, tokens)
+        for kind, column in zip(kinds, columns):
+            for stage, like in enumerate(_alike_stages(kind, layout, tokens, segment)[1:], start=1):
+                column.append(column[like] if like < stage else _checked_placement(kind, layout, cluster, order, stage))
     alike: dict[tuple[GroupPlacement, ...], tuple[GroupPlacement, ...]] = {}
     per_rank = []
-    for stage in range(layout.pp):
-        groups = tuple(_checked_placement(kind, layout, cluster, order, stage) for kind in kinds)
+    for groups in zip(*columns) if kinds else [()] * layout.pp:
         per_rank.append(alike.setdefault(groups, groups))
     return tuple(per_rank)
+
+
+def _alike_stages(kind: str, layout: _Layout, tokens: tuple[str, ...], segment: int) -> list[int]:
+    """For each pipeline stage, the first stage whose ``kind`` groups are placed as its own.
+
+    Any order: stage ``s``'s rank rows are stage 0's plus ``s`` times the pp stride of the kind's grid
+    (the ranks the dimensions inside pp hold), and a placement reads ranks only through
+    ``rank // segment`` and only their differences, so stages whose shifts agree modulo ``segment``
+    are placed alike. ``pp`` pairs stage ``s`` with ``s + 1``; the last stage takes the pair before.
+    """
+    sizes = _grid_sizes(layout, expert=kind in _EXPERT_KINDS)  # HSDP rows are dense dp_cp rows, cut
+    stride = math.prod(sizes[t] for t in tokens[:tokens.index("pp")])
+    first: dict[int, int] = {}
+    alike = []
+    for stage in range(layout.pp):
+        shifted = min(stage, layout.pp - 2) if kind == "pp" else stage
+        alike.append(first.setdefault(shifted * stride % segment, stage))
+    return alike
 
 
 @lru_cache(maxsize=65536)
@@ -327,7 +456,9 @@ def _checked_placement(kind: str, layout: _Layout, cluster: ClusterSpec, order: 
     if world != cluster.num_gpus:
         raise SpecError("strategy", f"tp*cp*dp*pp={world}", f"a layout of all cluster.num_gpus={cluster.num_gpus} GPUs")
     tokens = _parse_order(order)
-    rows = _rank_rows(kind, layout, tokens, _check_stage(stage, layout.pp))
-    fewest, domains = _worst_spread(rows, _segment(layout, cluster, tokens))
-    return GroupPlacement(kind=kind, size=rows.shape[1], gpus_per_node=fewest, num_domains=domains,
+    # the shape first, as the rows were cut before the segment: a bad layout raises the same error
+    pattern, copies = _group_shape(kind, layout, tokens, _check_stage(stage, layout.pp))
+    fewest, domains = _worst_spread(pattern, copies, _segment(layout, cluster, tokens))
+    size = pattern[1] if isinstance(pattern, tuple) else pattern.shape[1]
+    return GroupPlacement(kind=kind, size=size, gpus_per_node=fewest, num_domains=domains,
                           crosses_nodes=domains > 1)
