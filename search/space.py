@@ -546,6 +546,11 @@ class StrategySpace:
 
     def strategy(self, values: Mapping[str, Any]) -> Strategy:
         """The strategy with knob ``values`` (the problem's global batch added; ``etp == tp`` left unset)."""
+        return Strategy(global_batch_size=self.problem.global_batch_size, **self._fields(values))
+
+    def _fields(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``Strategy`` fields of knob ``values``, but the global batch. Only layout knobs and problem facts
+        are rewritten here (etp, the MoE knobs, the split), so a layout's fields hold for all its settings."""
         values = dict(values)
         if "etp" in values and values["etp"] == values.get("tp", 1):
             values["etp"] = None
@@ -560,7 +565,7 @@ class StrategySpace:
             m = self.problem.model
             fields_of = pipeline_splits(m.num_layers, m.mtp_num_layers, values.get("pp", 1), values.get("vpp", 1))
             values.update(fields_of.get(split, {}))
-        return Strategy(global_batch_size=self.problem.global_batch_size, **values)
+        return values
 
     def strategy_of(self, layout: Layout, setting: Sequence[Any]) -> Strategy:
         values = dict(zip(LAYOUT_KNOBS, layout))
@@ -569,18 +574,26 @@ class StrategySpace:
 
     def __iter__(self) -> Iterator[Strategy]:
         """Every legal strategy, layouts outermost (so that consecutive ones share operator shapes)."""
-        for layout, setting in self.legal_settings():
-            yield self.strategy_of(layout, setting)
+        names, batch = [k for k, _ in self.settings], self.problem.global_batch_size
+        for layout, settings in self._legal_by_layout():
+            fields = self._fields(dict(zip(LAYOUT_KNOBS, layout)))  # what strategy_of rewrites, once per layout
+            for setting in settings:
+                yield Strategy(global_batch_size=batch, **fields, **dict(zip(names, setting)))
 
     def legal_settings(self) -> Iterator[tuple[Layout, tuple[Any, ...]]]:
         """(layout, setting values in ``settings`` order) of every legal strategy, in ``__iter__``'s order."""
-        products = list(itertools.product(*(v for _, v in self.settings)))
-        names, fw = [k for k, _ in self.settings], self.problem.framework
+        for layout, settings in self._legal_by_layout():
+            for setting in settings:
+                yield layout, setting
+
+    def _legal_by_layout(self) -> Iterator[tuple[Layout, Iterator[tuple[Any, ...]]]]:
+        """Each layout and its legal settings. A conflict is one knob's value against the layout, so the
+        product of each knob's values that do not conflict is the full product, filtered, in its order."""
+        fw = self.problem.framework
         for layout in self.layouts:
             picked = dict(zip(LAYOUT_KNOBS, layout))
-            for setting in products:
-                if not any(setting_conflicts(picked, k, v, fw) for k, v in zip(names, setting)):
-                    yield layout, setting
+            yield layout, itertools.product(*([v for v in values if not setting_conflicts(picked, k, v, fw)]
+                                              for k, values in self.settings))
 
     @cached_property
     def _layout_set(self) -> frozenset[Layout]:
