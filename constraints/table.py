@@ -12,7 +12,6 @@ strategies on, one by one below.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -131,6 +130,6 @@ def _on(run: RunSpec, fn: Callable[..., Any], *args: Any) -> Callable[[ReadsView
 
 def _with_strategy(run: RunSpec, view: ReadsView) -> RunSpec:
     """``run`` with ``view`` as its strategy (a shallow copy: the rest of ``run`` is checked already)."""
-    copied = copy.copy(run)
-    object.__setattr__(copied, "strategy", view)
+    copied = object.__new__(type(run))  # copy.copy's shallow copy, without its reduce protocol (~5 us a call)
+    vars(copied).update(vars(run), strategy=view)
     return copied

@@ -200,8 +200,9 @@ def _memory_friendly_order(space: StrategySpace) -> Iterator[Any]:
                                    setting[at["recompute"]], setting[at["zero_stage"]], setting[at["precision"]])
         keyed.append((key, order, layout, setting))
     keyed.sort(key=lambda item: item[:2])
+    make = space.strategy_maker()
     for _, _, layout, setting in keyed:
-        yield space.strategy_of(layout, setting)
+        yield make(layout, setting)
 
 
 def first_fitting(problem: SearchProblem) -> Evaluation | None:

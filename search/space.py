@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
@@ -572,13 +572,25 @@ class StrategySpace:
         values.update(zip((k for k, _ in self.settings), setting))
         return self.strategy(values)
 
+    def strategy_maker(self) -> Callable[[Layout, Sequence[Any]], Strategy]:
+        """``strategy_of`` for many (layout, setting) pairs: each layout's fields are rewritten once
+        (``_fields`` rewrites layout knobs and problem facts only)."""
+        names, batch = [k for k, _ in self.settings], self.problem.global_batch_size
+        fields_of: dict[Layout, dict[str, Any]] = {}
+
+        def make(layout: Layout, setting: Sequence[Any]) -> Strategy:
+            fields = fields_of.get(layout)
+            if fields is None:
+                fields = fields_of[layout] = self._fields(dict(zip(LAYOUT_KNOBS, layout)))
+            return Strategy(global_batch_size=batch, **fields, **dict(zip(names, setting)))
+        return make
+
     def __iter__(self) -> Iterator[Strategy]:
         """Every legal strategy, layouts outermost (so that consecutive ones share operator shapes)."""
-        names, batch = [k for k, _ in self.settings], self.problem.global_batch_size
+        make = self.strategy_maker()
         for layout, settings in self._legal_by_layout():
-            fields = self._fields(dict(zip(LAYOUT_KNOBS, layout)))  # what strategy_of rewrites, once per layout
             for setting in settings:
-                yield Strategy(global_batch_size=batch, **fields, **dict(zip(names, setting)))
+                yield make(layout, setting)
 
     def legal_settings(self) -> Iterator[tuple[Layout, tuple[Any, ...]]]:
         """(layout, setting values in ``settings`` order) of every legal strategy, in ``__iter__``'s order."""
