@@ -12,6 +12,7 @@ a young-generation threshold of 50,000 allocations it runs one (20.7 s, measured
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -19,14 +20,27 @@ YOUNG_THRESHOLD = 50_000
 """Allocations between young-generation collections inside a search (CPython's default: 700)."""
 
 
+_LOCK = threading.Lock()
+_inside = 0  # blocks open now, in any thread
+_before: tuple[int, ...] = ()  # the thresholds the first of them found
+
+
 @contextmanager
 def fewer_collections(young: int = YOUNG_THRESHOLD) -> Iterator[None]:
     """Collect garbage less often inside the block (cycles are still collected); the thresholds
     before it are restored after it, also when it raises. A higher threshold already set, or 0
-    (collection off), is kept."""
-    before = gc.get_threshold()
-    gc.set_threshold(0 if before[0] == 0 else max(young, before[0]), *before[1:])
+    (collection off), is kept. The thresholds are the process's: with blocks open in several
+    threads, the first sets them and the last one out restores them."""
+    global _inside, _before
+    with _LOCK:
+        if not _inside:
+            _before = gc.get_threshold()
+            gc.set_threshold(0 if _before[0] == 0 else max(young, _before[0]), *_before[1:])
+        _inside += 1
     try:
         yield
     finally:
-        gc.set_threshold(*before)
+        with _LOCK:
+            _inside -= 1
+            if not _inside:
+                gc.set_threshold(*_before)

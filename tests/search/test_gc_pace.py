@@ -45,3 +45,26 @@ def test_search_runs_with_fewer_collections(monkeypatch: pytest.MonkeyPatch) -> 
     run_search(problem, n_trials=12, evaluator=evaluator)
     assert seen and set(seen) == {YOUNG_THRESHOLD}
     assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_overlapping_blocks_in_threads_restore_the_thresholds_once_all_have_left() -> None:
+    import threading
+
+    gc.set_threshold(700, 10, 10)
+    opened, main_left = threading.Event(), threading.Event()
+    inside: list[tuple[int, int, int]] = []
+
+    def search() -> None:  # opens after the main thread's block and closes after it
+        with fewer_collections():
+            opened.set()
+            main_left.wait()
+            inside.append(gc.get_threshold())
+
+    thread = threading.Thread(target=search)
+    with fewer_collections():
+        thread.start()
+        opened.wait()
+    main_left.set()
+    thread.join()
+    assert inside == [(YOUNG_THRESHOLD, 10, 10)]  # still raised: the thread's block was open
+    assert gc.get_threshold() == (700, 10, 10)  # restored once both left
