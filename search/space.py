@@ -573,24 +573,37 @@ class StrategySpace:
         return self.strategy(values)
 
     def strategy_maker(self) -> Callable[[Layout, Sequence[Any]], Strategy]:
-        """``strategy_of`` for many (layout, setting) pairs: each layout's fields are rewritten once
-        (``_fields`` rewrites layout knobs and problem facts only)."""
-        names, batch = [k for k, _ in self.settings], self.problem.global_batch_size
+        """``strategy_of`` for many (layout, setting) pairs in any order: each layout's fields are rewritten
+        once and kept (``_fields`` rewrites layout knobs and problem facts only)."""
         fields_of: dict[Layout, dict[str, Any]] = {}
 
         def make(layout: Layout, setting: Sequence[Any]) -> Strategy:
             fields = fields_of.get(layout)
             if fields is None:
                 fields = fields_of[layout] = self._fields(dict(zip(LAYOUT_KNOBS, layout)))
-            return Strategy(global_batch_size=batch, **fields, **dict(zip(names, setting)))
+            return self._with_setting(fields, setting)
         return make
 
     def __iter__(self) -> Iterator[Strategy]:
         """Every legal strategy, layouts outermost (so that consecutive ones share operator shapes)."""
-        make = self.strategy_maker()
         for layout, settings in self._legal_by_layout():
+            fields = self._fields(dict(zip(LAYOUT_KNOBS, layout)))  # once per layout, which comes once
             for setting in settings:
-                yield make(layout, setting)
+                yield self._with_setting(fields, setting)
+
+    def _with_setting(self, fields: Mapping[str, Any], setting: Sequence[Any]) -> Strategy:
+        """The strategy of a layout's ``_fields`` and a setting (values in ``settings`` order)."""
+        return Strategy(global_batch_size=self.problem.global_batch_size, **fields,
+                        **dict(zip(self._setting_names, setting)))
+
+    @cached_property
+    def _setting_names(self) -> tuple[str, ...]:
+        names = tuple(k for k, _ in self.settings)
+        # _fields rewrites these, so a layout's fields hold for all its settings only while none is a setting
+        rewritten = {"etp", SPLIT_KNOB, *MOE_KNOBS, *PROBLEM_FACTS}
+        if rewritten & set(names):
+            raise AssertionError(f"setting knobs {sorted(rewritten & set(names))} are rewritten per strategy")
+        return names
 
     def legal_settings(self) -> Iterator[tuple[Layout, tuple[Any, ...]]]:
         """(layout, setting values in ``settings`` order) of every legal strategy, in ``__iter__``'s order."""

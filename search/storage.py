@@ -33,6 +33,8 @@ class TrialList:
     ``add_trial``) for trials the caller copies elsewhere once the search ends (``studies.solve``).
 
     An in-memory Optuna study would deep-copy each trial added, only for the caller to copy it again.
+    The trials are kept as given: a trial from ``optuna.trial.create_trial`` keeps number -1 (a study
+    numbers the trials it adds; ``studies.trials.write_trials`` does).
     """
 
     def __init__(self) -> None:

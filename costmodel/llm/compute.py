@@ -9,6 +9,7 @@ from constraints.memory import model_state_bytes, state_bytes_per_param
 from costmodel.llm import moe
 from costmodel.llm.decompose import optimizer_op, stage_ops
 from costmodel.llm.recompute import recompute_policy
+from costmodel.ops import Op
 from costmodel.run_memo import by_reads, for_last_run
 from costmodel.specs.reads import reads
 from costmodel.specs.layout import layout_of, stage_layer_counts
@@ -88,7 +89,7 @@ def stage_totals(timer: OperatorTimer, ops: list[Any]) -> tuple[Any, ...]:
             timed.total_family("attention_fwd", ("fwd",)), tuple(timed.notes), float(wgrad))
 
 
-def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer, ops: list[Any] | None = None,
+def stage_compute(run: RunSpec, stage: int, timer: OperatorTimer, ops: list[Op] | None = None,
                   key: tuple[Any, ...] | None = None) -> StageCompute:
     """Time the operators of one pipeline stage (layer work memoised on ``timer`` by ``stage_ops_key``);
     ``ops``, ``key``: ``stage_ops(run, stage)`` and ``stage_ops_key(run, stage)`` where the caller has them."""

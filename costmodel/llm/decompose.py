@@ -544,9 +544,12 @@ def fa2_device(run: RunSpec) -> str | None:
     return run.cluster.gpu.name if run.framework.attention_kernel == "fa2" else None
 
 
-@for_last_run  # asked by every distinct stage and the launch overhead of one prediction; callers only read it
+@for_last_run  # asked by every distinct stage and the launch overhead of one prediction
 def run_layer_ops(run: RunSpec, moe: bool) -> list[Op]:
-    """One layer's operators as ``run``'s framework and GPU run them (``layer_ops`` with the run's settings)."""
+    """One layer's operators as ``run``'s framework and GPU run them (``layer_ops`` with the run's settings).
+
+    The list is shared by the calls for one run: read it, do not change it. Positional arguments only.
+    """
     return layer_ops(run.model, run.strategy, run.seq_length, moe=moe, policy=recompute_policy(run),
                      rope_fused=run.framework.rope_fusion, expert_fused=run.framework.moe_expert_fusion,
                      flex_attention=run.framework.attention_kernel == "flex", flex_device=run.cluster.gpu.name,

@@ -241,9 +241,14 @@ def tp_layer_exposed_s(run: RunSpec, timer: OperatorTimer, collective: Collectiv
     # A dry run lists the layer's GEMM shapes so that the timer predicts them in one call (a predictor
     # call costs ~0.2 ms whatever its rows); the real run below then finds each one timed.
     shapes: list[Op] = []
+
+    def listed(role: str, m: int, n: int, k: int) -> float:
+        shapes.append(_gemm_op(role, m, n, k, precision))
+        return 1.0
+
     for lin in linears:
         for exposed in (_forward_exposed, _backward_exposed):
-            exposed(run, lambda *shape: shapes.append(_gemm_op(*shape, precision)) or 1.0, _no_wire, lin)
+            exposed(run, listed, _no_wire, lin)
     timer.time_ops(shapes)
 
     def gemm_s(role: str, m: int, n: int, k: int) -> float:

@@ -25,6 +25,7 @@ from search.samplers._base import BaseSearcher, TrialCallback
 from search.space import StrategySpace
 
 _WORKER: tuple[Evaluator, list[list[Strategy]]] | None = None  # set in the parent before forking; inherited
+assert dataclasses.fields(Evaluation)[0].name == "strategy"  # Evaluation(strategy, *figures) below
 _FIGURES = operator.attrgetter(*(f.name for f in dataclasses.fields(Evaluation) if f.name != "strategy"))
 """An evaluation's fields but its strategy, in field order: ``Evaluation(strategy, *figures)`` rebuilds it."""
 

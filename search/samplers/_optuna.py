@@ -6,7 +6,8 @@ uninterrupted one would. Three things make it so:
 - the budget counts *finished* (complete) trials only: a trial cut off by
   Ctrl-C (failed) or left running by a killed process is not one;
 - trials run in an in-memory working study, and each complete trial is copied
-  to the given (stored) study as it finishes. Trials a phase enqueued but did
+  to the given (stored) study as it finishes (``store_each``; a caller that
+  reads its store only once the search ends gets them all then). Trials a phase enqueued but did
   not start never reach the storage: a re-run starts from the stored complete
   trials, and the phase it was in enqueues them again in its own order. (It
   is also fast: Optuna commits to a database about 25 times a trial, and
@@ -46,10 +47,10 @@ def finished(study: Any) -> int:
 class HistorySeededSampler(optuna.samplers.BaseSampler):
     """Wraps an Optuna sampler so that each trial's draws depend only on ``seed`` and the finished trials.
 
-    Before each trial a fresh inner sampler is made with a seed derived from
-    ``(seed, finished trials)``; Optuna samplers keep no other state between
-    trials than their random generator (search-space caches are rebuilt from
-    the study), so the proposal is a function of the stored history.
+    Before each trial the inner sampler is made, or reseeded in place (``reseed``), with a seed derived
+    from ``(seed, finished trials)``; Optuna samplers keep no other state between trials that a proposal
+    depends on than their random generator (search-space caches are rebuilt from the study), so the
+    proposal is a function of the stored history.
 
     Parameters
     ----------
@@ -106,7 +107,7 @@ class IncrementalGroupSearchSpace:
     search, and growing with the trials. The fold is a left fold in trial order, so folding only the
     trials appended since the last call gives the same groups; when the trials are not the last call's
     followed by new ones (another study, a trial completed out of order) it folds from the start.
-    ``HistorySeededSampler`` hands one of these to each trial's fresh ``TPESampler``.
+    ``HistorySeededSampler`` hands one of these to its ``TPESampler`` before each trial.
     """
 
     STATES: tuple[TrialState, ...] = (TrialState.COMPLETE, TrialState.PRUNED)  # Optuna's include_pruned=True

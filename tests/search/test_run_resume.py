@@ -104,7 +104,8 @@ def test_storing_at_the_end_stores_what_storing_each_trial_does(problem, resume_
         if resume_from:  # a stored search to resume: only the new trials may be added at the end
             make_searcher("tpe", seed=3).search(space, analytic_evaluator(problem), n_trials=resume_from,
                                                 study=target)
-        searcher.search(space, analytic_evaluator(problem), n_trials=TRIALS, study=target, store_each=store_each)
+        searcher.search(space, analytic_evaluator(problem), n_trials=TRIALS, study=target,
+                        store_each=store_each)
         stores.append(_stored(target))
     assert len(stores[0]) == TRIALS
     assert stores[0] == stores[1] == stores[2]

@@ -8,7 +8,8 @@ import pytest
 
 from costmodel.specs.catalog import get_gpu, get_model
 from costmodel.specs.framework import get_framework
-from search.space import LAYOUT_KNOBS, SearchProblem, StrategySpace, build_space, setting_conflicts
+from search.space import (LAYOUT_KNOBS, SearchProblem, StrategySpace, _degree_layouts, _iter_layouts, build_space,
+                          legal_cp_comm_types, legal_hsdp_shard_sizes, legal_splits, setting_conflicts)
 
 
 def _reference(space: StrategySpace) -> list[object]:
@@ -49,3 +50,19 @@ def test_iteration_equals_strategy_of_over_the_filtered_product(name: str) -> No
         [(layout, setting) for layout in space.layouts for setting in itertools.product(*(v for _, v in space.settings))
          if not any(setting_conflicts(dict(zip(LAYOUT_KNOBS, layout)), k, v, space.problem.framework)
                     for k, v in zip([k for k, _ in space.settings], setting))]
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_layouts_equal_the_plain_nested_loops(name: str) -> None:
+    args = dict(PROBLEMS[name])
+    args["model"] = get_model(args["model"])  # type: ignore[arg-type]
+    if "framework" in args:
+        args["framework"] = get_framework(args["framework"])  # type: ignore[arg-type]
+    problem = SearchProblem(gpu=get_gpu("h100-sxm5-80gb"), seq_length=4096, **args)  # type: ignore[arg-type]
+    for across in (False, True):
+        plain = [(*lay, exchange, shard, split) for lay in _degree_layouts(problem, across)
+                 for exchange in legal_cp_comm_types(problem, lay[0], lay[2])
+                 for shard in legal_hsdp_shard_sizes(problem, lay[0], lay[2], lay[3])
+                 for split in legal_splits(problem, lay[1], lay[5])]
+        assert list(_iter_layouts(problem, across)) == plain
+        assert len(plain) > 20
