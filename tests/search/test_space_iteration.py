@@ -35,13 +35,17 @@ PROBLEMS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(PROBLEMS))
-def test_iteration_equals_strategy_of_over_the_filtered_product(name: str) -> None:
+def _problem(name: str) -> SearchProblem:
     args = dict(PROBLEMS[name])
     args["model"] = get_model(args["model"])  # type: ignore[arg-type]
     if "framework" in args:
         args["framework"] = get_framework(args["framework"])  # type: ignore[arg-type]
-    space = build_space(SearchProblem(gpu=get_gpu("h100-sxm5-80gb"), seq_length=4096, **args))  # type: ignore[arg-type]
+    return SearchProblem(gpu=get_gpu("h100-sxm5-80gb"), seq_length=4096, **args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_iteration_equals_strategy_of_over_the_filtered_product(name: str) -> None:
+    space = build_space(_problem(name))
     fast, reference = list(space), _reference(space)
     assert len(fast) == space.size > 100
     assert fast == reference
@@ -54,11 +58,7 @@ def test_iteration_equals_strategy_of_over_the_filtered_product(name: str) -> No
 
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
 def test_layouts_equal_the_plain_nested_loops(name: str) -> None:
-    args = dict(PROBLEMS[name])
-    args["model"] = get_model(args["model"])  # type: ignore[arg-type]
-    if "framework" in args:
-        args["framework"] = get_framework(args["framework"])  # type: ignore[arg-type]
-    problem = SearchProblem(gpu=get_gpu("h100-sxm5-80gb"), seq_length=4096, **args)  # type: ignore[arg-type]
+    problem = _problem(name)
     for across in (False, True):
         plain = [(*lay, exchange, shard, split) for lay in _degree_layouts(problem, across)
                  for exchange in legal_cp_comm_types(problem, lay[0], lay[2])
