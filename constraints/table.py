@@ -55,20 +55,24 @@ outweighs what grouping saves below about this many (llama3.1-70b / 8b and mixtr
 runs of a search space: the table is 2x slower at 64 rows, even at 256, 3-4x faster at 1,024)."""
 
 
-def check_many(run: RunSpec, strategies: Sequence[Strategy], memory_margin: float = 0.0) -> TableVerdict:
-    """``constraints.check`` of each of ``strategies`` on ``run``'s problem, as a table when there are many."""
+def check_many(run: RunSpec, strategies: Sequence[Strategy], memory_margin: float = 0.0,
+               memo: dict[Any, Any] | None = None) -> TableVerdict:
+    """``constraints.check`` of each of ``strategies`` on ``run``'s problem, as a table when there are many
+    (``memo``: as ``check_table``'s)."""
     if len(strategies) >= TABLE_MIN_ROWS:
-        return check_table(run, StrategyTable(strategies), memory_margin)
+        return check_table(run, StrategyTable(strategies), memory_margin, memo)
     verdicts = [check(run.with_strategy(s), memory_margin) for s in strategies]
     return TableVerdict(tuple(v.violations for v in verdicts), np.array([v.memory.total_bytes for v in verdicts]),
                         np.array([v.memory.stage for v in verdicts], dtype=np.int64),
                         run.cluster.usable_memory_bytes, memory_margin)
 
 
-def check_table(run: RunSpec, table: StrategyTable, memory_margin: float = 0.0) -> TableVerdict:
+def check_table(run: RunSpec, table: StrategyTable, memory_margin: float = 0.0,
+                memo: dict[Any, Any] | None = None) -> TableVerdict:
     """``constraints.check`` of every strategy of ``table`` on ``run``'s model, cluster, framework and
-    sequence (``run.strategy`` itself is not read)."""
-    memo: dict[Any, Any] = {}  # results of this run only
+    sequence (``run.strategy`` itself is not read). ``memo`` keeps each rule's and memory term's results
+    by the values of the fields it reads, for later tables of the same problem (a new one when not given)."""
+    memo = {} if memo is None else memo
     found: list[list[str]] = [[] for _ in range(len(table))]
     for rule in RULES:
         messages, group = table.evaluate(_on(run, rule), rule.reads, memo=memo, key=rule)  # type: ignore[attr-defined]

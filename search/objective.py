@@ -137,6 +137,7 @@ class Evaluator:
         self.profile_dir = None if profile_dir is None else str(Path(profile_dir).resolve())
         self._timer = timer
         self.cache: dict[Strategy, Evaluation] = {}
+        self._table_memo: dict[Any, Any] = {}  # the rules' and memory terms' results of this problem (check_table)
 
     @property
     def timer(self) -> OperatorTimer:
@@ -180,7 +181,7 @@ class Evaluator:
         fresh = [s for s in dict.fromkeys(strategies) if s not in self.cache]
         if fresh:
             runs = [self.problem.run(s) for s in fresh]
-            verdict = check_many(runs[0], fresh, self.problem.memory_margin)
+            verdict = check_many(runs[0], fresh, self.problem.memory_margin, self._table_memo)
             prewarm([run for row, run in enumerate(runs) if verdict.fits(row)], self.timer)
             for row, run in enumerate(runs):
                 self.cache[run.strategy] = self._finish(run, verdict.violations[row], verdict.peak_bytes[row],

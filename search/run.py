@@ -237,9 +237,10 @@ def _first_fitting(problem: SearchProblem) -> Evaluation | None:
     except SpecError:
         return None
     margin, ordered, size = problem.memory_margin, _memory_friendly_order(space), _FIRST_CHUNK
+    memo: dict[Any, Any] = {}  # one problem: each chunk reuses the terms the chunks before it computed
     while strategies := list(itertools.islice(ordered, size)):
         # the same verdicts as checking each (constraints.table.check_many), in the same order
-        verdict = check_many(problem.run(strategies[0]), strategies, margin)
+        verdict = check_many(problem.run(strategies[0]), strategies, margin, memo)
         for row, strategy in enumerate(strategies):
             if verdict.fits(row):
                 return Evaluation(strategy, (), float(verdict.peak_bytes[row] / GiB), verdict.usable_bytes / GiB,

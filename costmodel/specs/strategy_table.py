@@ -37,6 +37,7 @@ class StrategyTable:
     def __init__(self, strategies: Iterable[Strategy]) -> None:
         self.strategies: tuple[Strategy, ...] = tuple(strategies)
         self._codes: dict[str, tuple[np.ndarray, tuple[Any, ...]]] = {}
+        self._keys: dict[str, tuple[Any, ...]] = {}  # per field, its distinct values with their types (memo keys)
 
     def __len__(self) -> int:
         return len(self.strategies)
@@ -54,6 +55,8 @@ class StrategyTable:
             index = {v: i for i, v in enumerate(distinct)}
             codes = np.fromiter(map(index.__getitem__, column), dtype=np.int64, count=len(column))
             hit = self._codes[field] = (codes, tuple(v for _, v in distinct) if typed else distinct)
+            # memo keys carry the type always: another table's column may hold 1.0 where this one holds 1
+            self._keys[field] = distinct if typed else tuple((v.__class__, v) for v in distinct)
         return hit
 
     def rows_where(self, field: str, keep: Callable[[Any], bool], rows: np.ndarray | None = None) -> np.ndarray:
@@ -86,18 +89,19 @@ class StrategyTable:
         """``fn`` of every row of ``rows`` (default all): (one result per group, group of each row).
 
         ``fn`` is called once per distinct combination of ``fields``, on a :class:`ReadsView` of the
-        group's first row that reads ``fields`` only. With a ``memo`` (the caller's, for one run) and a
-        ``key`` naming ``fn`` and every other argument it takes, results are kept in ``memo`` and reused
-        by later calls with the same key, also for other rows of this table.
+        group's first row that reads ``fields`` only. With a ``memo`` (the caller's, for one problem: the
+        same model, cluster, framework and sequence) and a ``key`` naming ``fn`` and every other argument
+        it takes, results are kept in ``memo`` by the fields' values and reused by later calls with the
+        same key, for other rows of this table and for other tables of the problem.
         """
         first, group = self.groups(fields, rows)
         if memo is None:
             return [fn(ReadsView(self.strategies[i], fields)) for i in first], group
         ordered = sorted(fields)
-        columns = [self.codes(f)[0] for f in ordered]
+        columns = [(self.codes(f)[0], self._keys[f]) for f in ordered]
         values = []
         for i in first:
-            memo_key = (key, tuple(ordered), tuple(int(c[i]) for c in columns))
+            memo_key = (key, tuple(ordered), tuple(keys[c[i]] for c, keys in columns))
             hit = memo.get(memo_key, _MISSING)
             if hit is _MISSING:
                 hit = memo[memo_key] = fn(ReadsView(self.strategies[i], fields))

@@ -195,3 +195,27 @@ def test_evaluate_many_matches_evaluate_one_by_one() -> None:
     alone = [Evaluator(problem).evaluate(s) for s in strategies]
     assert batch[:len(strategies)] == alone and batch[-3:] == alone[:3]
     assert any(e.feasible for e in alone) and any(not e.feasible for e in alone)
+
+
+def test_tables_of_one_problem_sharing_a_memo_get_each_strategys_own_verdict() -> None:
+    """A memo kept across a problem's tables (first_fitting's chunks, a sweep's) is keyed by values, not by
+    a table's codes: each chunk gets what checking it alone gives, and later chunks reuse earlier results."""
+    problem = _problem(SPACES["moe-h100"])
+    strategies = _sample(build_space(problem), 3 * TABLE_MIN_ROWS)
+    # a capacity factor of 1 in one chunk and 1.0 in the next: equal values, but not the same input
+    strategies = [replace(s, moe_capacity_factor=1 if i < TABLE_MIN_ROWS else 1.0) for i, s in enumerate(strategies)]
+    chunks = [strategies[:TABLE_MIN_ROWS], strategies[TABLE_MIN_ROWS:]]
+    memo: dict = {}
+    sizes = []
+    for chunk in chunks:
+        shared = check_table(problem.run(chunk[0]), StrategyTable(chunk), problem.memory_margin, memo)
+        alone = check_table(problem.run(chunk[0]), StrategyTable(chunk), problem.memory_margin)
+        assert shared.violations == alone.violations
+        assert shared.peak_bytes.tolist() == alone.peak_bytes.tolist()
+        assert shared.peak_stage.tolist() == alone.peak_stage.tolist()
+        sizes.append(len(memo))
+    fresh: dict = {}
+    check_table(problem.run(chunks[1][0]), StrategyTable(chunks[1]), problem.memory_margin, fresh)
+    assert sizes[1] < sizes[0] + len(fresh)  # the second chunk found some of its results in the memo
+    assert any(k[2] and (float, 1.0) in k[2] for k in memo)  # the float factor has entries of its own
+    assert any(k[2] and (int, 1) in k[2] for k in memo)
