@@ -486,13 +486,12 @@ def _iter_layouts(problem: SearchProblem, allow_across_nodes: bool) -> Iterator[
     # the same few (tp, cp, dp) and (pp, vpp) recur across thousands of degree layouts
     rest: dict[tuple[int, ...], list[tuple[Any, Any, str]]] = {}
     for lay in _degree_layouts(problem, allow_across_nodes):
-        key = (lay[0], lay[2], lay[3], lay[1], lay[5])  # tp, cp, dp, pp, vpp
-        tails = rest.get(key)
+        tp, pp, cp, dp, vpp = lay[0], lay[1], lay[2], lay[3], lay[5]
+        tails = rest.get((tp, pp, cp, dp, vpp))
         if tails is None:
-            tp, pp, cp, dp, vpp = lay[0], lay[1], lay[2], lay[3], lay[5]
-            tails = rest[key] = [(exchange, shard, split) for exchange in legal_cp_comm_types(problem, tp, cp)
-                                 for shard in legal_hsdp_shard_sizes(problem, tp, cp, dp)
-                                 for split in legal_splits(problem, pp, vpp)]
+            tails = rest[(tp, pp, cp, dp, vpp)] = [
+                (exchange, shard, split) for exchange in legal_cp_comm_types(problem, tp, cp)
+                for shard in legal_hsdp_shard_sizes(problem, tp, cp, dp) for split in legal_splits(problem, pp, vpp)]
         for tail in tails:
             yield (*lay, *tail)
 
