@@ -12,6 +12,8 @@ strategies on, one by one below.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +57,39 @@ outweighs what grouping saves below about this many (llama3.1-70b / 8b and mixtr
 runs of a search space: the table is 2x slower at 64 rows, even at 256, 3-4x faster at 1,024)."""
 
 
+CONTEXT_MEMOS = 16
+"""Problem contexts whose check memos a process keeps (``context_memo``), least recently used dropped first.
+
+A study's infeasible problems ask about the same contexts for each of their batch sizes: 405B on 32 GPUs
+probes 64, 72, 80, 88, 96 and 128 GPUs for the fewest that fit, and so does each of its four other batches."""
+CONTEXT_MEMO_ENTRIES = 400_000
+"""Entries all kept memos may hold together (a few hundred bytes each); beyond it, whole contexts are dropped."""
+
+_CONTEXTS: OrderedDict[tuple[Any, ...], dict[Any, Any]] = OrderedDict()
+_CONTEXTS_LOCK = threading.Lock()
+
+
+def context_memo(run: RunSpec) -> dict[Any, Any]:
+    """The check memo (``check_table``'s ``memo``) of ``run``'s model, cluster, sequence and framework, shared
+    by every table of that context in this process.
+
+    A rule or memory term is a function of the run's model, cluster, sequence length, framework and the
+    strategy fields it declares, and its memo key holds those fields' values. So one memo serves every
+    problem of a context, whatever its batch size, bounds or margin (the margin is applied after the memo).
+    """
+    key = (run.model, run.cluster, run.seq_length, run.framework)
+    with _CONTEXTS_LOCK:
+        memo = _CONTEXTS.get(key)
+        if memo is not None:
+            _CONTEXTS.move_to_end(key)
+            return memo
+        while _CONTEXTS and (len(_CONTEXTS) >= CONTEXT_MEMOS
+                             or sum(map(len, _CONTEXTS.values())) >= CONTEXT_MEMO_ENTRIES):
+            _CONTEXTS.popitem(last=False)
+        memo = _CONTEXTS[key] = {}
+        return memo
+
+
 def check_many(run: RunSpec, strategies: Sequence[Strategy], memory_margin: float = 0.0,
                memo: dict[Any, Any] | None = None) -> TableVerdict:
     """``constraints.check`` of each of ``strategies`` on ``run``'s problem, as a table when there are many
@@ -91,18 +126,22 @@ def peak_memory(run: RunSpec, table: StrategyTable,
                 memo: dict[Any, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(peak bytes, peak stage) per row: ``peak_stage_memory(run.with_strategy(row))``'s total and stage.
 
-    ``memo`` keeps per-term results between calls for the same ``run`` (a new one when not given)."""
+    Each pipeline rank that is a peak candidate of some row's layout (``peak_candidate_stages``) is evaluated
+    once, over all the rows it is a candidate for, whatever their layouts. Ranks go in increasing order and
+    a later one takes a row's peak only when strictly larger: the first of equal maxima, as ``max()`` keeps
+    it over a layout's candidates (in rank order). ``memo`` keeps per-term results between calls for the
+    same ``run`` (a new one when not given)."""
     memo = {} if memo is None else memo
-    peak = np.empty(len(table))
-    at = np.empty(len(table), dtype=np.int64)
+    peak = np.full(len(table), -np.inf)
+    at = np.zeros(len(table), dtype=np.int64)
     firsts, layout_group = table.groups(LAYOUT_FIELDS)
-    for g, first in enumerate(firsts):
-        rows = np.flatnonzero(layout_group == g)
-        stages = peak_candidate_stages(layout_of(run.model, table.strategies[first]))
-        totals = np.vstack([_stage_total_bytes(run, table, rows, st, memo) for st in stages])
-        worst = np.argmax(totals, axis=0)  # the first of equal maxima, as max() keeps it
-        peak[rows] = totals[worst, np.arange(len(rows))]
-        at[rows] = np.asarray(stages)[worst]
+    candidates = [peak_candidate_stages(layout_of(run.model, table.strategies[first])) for first in firsts]
+    for stage in sorted(set().union(*candidates)):
+        rows = np.flatnonzero(np.isin(layout_group, [g for g, stages in enumerate(candidates) if stage in stages]))
+        totals = _stage_total_bytes(run, table, rows, stage, memo)
+        larger = totals > peak[rows]
+        peak[rows[larger]] = totals[larger]
+        at[rows[larger]] = stage
     return peak, at
 
 

@@ -45,6 +45,20 @@ CONSTRAINT = "violation"
 """Name of the Optuna constraint every trial sets (system attribute ``constraints:violation``)."""
 
 
+def memory_excess_gib(peak_gib: float, usable_gib: float, memory_margin: float) -> float:
+    """GiB over the memory budget, usable memory less the margin (0 when it fits)."""
+    return max(0.0, peak_gib - usable_gib * (1.0 - memory_margin))
+
+
+def violation_value(violations: tuple[str, ...], peak_gib: float, usable_gib: float, memory_margin: float) -> float:
+    """``Evaluation.violation`` of a verdict: 0 when nothing is violated; else GiB missing plus one per broken rule
+    (memory violations read "needs ...")."""
+    if not violations:
+        return 0.0
+    rules = sum(1 for v in violations if not v.startswith("needs "))
+    return memory_excess_gib(peak_gib, usable_gib, memory_margin) + rules
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """Outcome of one strategy on one problem (a finished record, like Optuna's ``FrozenTrial``).
@@ -71,7 +85,7 @@ class Evaluation:
     @property
     def memory_excess_gib(self) -> float:
         """GiB over the memory budget, usable memory less the margin (0 when it fits)."""
-        return max(0.0, self.peak_memory_gib - self.usable_memory_gib * (1.0 - self.memory_margin))
+        return memory_excess_gib(self.peak_memory_gib, self.usable_memory_gib, self.memory_margin)
 
     @property
     def headroom_gib(self) -> float:
@@ -86,10 +100,7 @@ class Evaluation:
     @property
     def violation(self) -> float:
         """Optuna constraint value: <= 0 feasible; else GiB missing plus one per broken rule."""
-        if self.feasible:
-            return 0.0
-        rules = sum(1 for v in self.violations if not v.startswith("needs "))
-        return self.memory_excess_gib + rules
+        return violation_value(self.violations, self.peak_memory_gib, self.usable_memory_gib, self.memory_margin)
 
     @property
     def reason(self) -> str:

@@ -6,10 +6,12 @@ from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from constraints.table import check_many, context_memo
 from costmodel.predict import predict_run
+from costmodel.specs.gpu import GiB
 from costmodel.specs.strategy import Strategy
 from search.explain import KnobAlternatives, explain_lines, knob_alternatives, why_not_lines
-from search.objective import Evaluation, Evaluator, search_timer
+from search.objective import Evaluation, Evaluator, search_timer, violation_value
 from search.space import KNOBS, SearchProblem, build_space
 
 
@@ -79,10 +81,27 @@ class SearchResult:
         return front
 
     def closest_to_fitting(self) -> Evaluation | None:
-        """The legal strategy that misses the memory budget by the least (memory checks over the whole space)."""
-        evaluator = self.evaluator or Evaluator(self.problem, self.profile_dir)
-        candidates = evaluator.evaluate_many(build_space(self.problem))
-        return min(candidates, key=lambda e: (e.violation, e.peak_memory_gib), default=None)
+        """The legal strategy that misses the memory budget by the least (memory checks over the whole space):
+        the first of the space's order with the least ``(violation, peak memory)``; its time is predicted only
+        when it fits.
+
+        The space is checked as one table of its (layout, setting) pairs (``SpaceRows``), so only the strategies
+        the rules and memory terms read are built, and its memo is the context's (``context_memo``).
+        """
+        space = build_space(self.problem)
+        rows = space.rows(space.legal_settings())
+        if not rows:
+            return None
+        run, margin = self.problem.run(rows[0]), self.problem.memory_margin
+        verdict = check_many(run, rows, margin, context_memo(run))
+        usable = float(verdict.usable_bytes / GiB)
+        peaks = [float(b / GiB) for b in verdict.peak_bytes]
+        keys = [(violation_value(v, peak, usable, margin), peak) for v, peak in zip(verdict.violations, peaks)]
+        best = min(range(len(rows)), key=keys.__getitem__)  # the first of equal keys, as min() over a list
+        if verdict.fits(best):
+            evaluator = self.evaluator or Evaluator(self.problem, self.profile_dir)
+            return evaluator.evaluate(rows[best])
+        return Evaluation(rows[best], verdict.violations[best], peaks[best], usable, memory_margin=margin)
 
     def knob_alternatives(self) -> list[KnobAlternatives]:
         """The best strategy with each searched knob changed alone (``search.explain``); ``[]`` if none fits.

@@ -8,16 +8,15 @@ gradient-boosting call went from 1 ms to 1.2 s with the default pool).
 
 from __future__ import annotations
 
-import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from threadpoolctl import threadpool_limits
 
-from constraints.table import check_many
+from constraints.table import check_many, context_memo
 from costmodel.specs.errors import SpecError, require_int
 from costmodel.specs.gpu import GiB
 from costmodel.specs.strategy import Strategy
@@ -27,7 +26,7 @@ from search.samplers import SAMPLERS, BaseSearcher, ExhaustiveSearcher, NSGAIISe
 from search.samplers._base import TrialCallback
 from search.choices import DEFAULT_EXHAUSTIVE_LIMIT
 from search.gc_pace import fewer_collections
-from search.space import LAYOUT_KNOBS, SearchProblem, StrategySpace, build_space
+from search.space import LAYOUT_KNOBS, Layout, SearchProblem, StrategySpace, build_space
 from search.storage import open_study
 
 
@@ -183,13 +182,14 @@ def _memory_friendly_first(strategy: Any) -> tuple[Any, ...]:
     return _memory_friendly_key(s.tp, s.pp, s.cp, s.micro_batch_size, s.recompute, s.zero_stage, s.precision)
 
 
-def _memory_friendly_order(space: StrategySpace) -> Iterator[Any]:
-    """``sorted(space, key=_memory_friendly_first)``, with a ``Strategy`` built only for those asked for.
+def _memory_friendly_pairs(space: StrategySpace) -> list[tuple[Layout, tuple[Any, ...]]]:
+    """The (layout, setting) pairs of ``sorted(space, key=_memory_friendly_first)``, no strategy built.
 
     The keys come from the layout and setting tuples (``StrategySpace.__iter__``'s order: layouts
     outermost, the settings' product inside, conflicting settings skipped); ties keep that order, as
-    the stable sort does. A count where something fits stops after a few strategies, and building
-    every strategy of a 200,000-strategy space to sort it cost seconds.
+    the stable sort does. A count where something fits stops after a few strategies, and one where
+    nothing fits is checked as tables of these pairs (``SpaceRows``), which build a strategy only for
+    the rows they read: building every strategy of a 200,000-strategy space cost seconds.
     """
     names = [k for k, _ in space.settings]
     at = {k: names.index(k) for k in ("recompute", "zero_stage", "precision")}
@@ -200,9 +200,7 @@ def _memory_friendly_order(space: StrategySpace) -> Iterator[Any]:
                                    setting[at["recompute"]], setting[at["zero_stage"]], setting[at["precision"]])
         keyed.append((key, order, layout, setting))
     keyed.sort(key=lambda item: item[:2])
-    make = space.strategy_maker()
-    for _, _, layout, setting in keyed:
-        yield make(layout, setting)
+    return [(layout, setting) for _, _, layout, setting in keyed]
 
 
 def first_fitting(problem: SearchProblem) -> Evaluation | None:
@@ -236,16 +234,20 @@ def _first_fitting(problem: SearchProblem) -> Evaluation | None:
         space = build_space(problem)
     except SpecError:
         return None
-    margin, ordered, size = problem.memory_margin, _memory_friendly_order(space), _FIRST_CHUNK
-    memo: dict[Any, Any] = {}  # one problem: each chunk reuses the terms the chunks before it computed
-    while strategies := list(itertools.islice(ordered, size)):
+    margin, pairs, size = problem.memory_margin, _memory_friendly_pairs(space), _FIRST_CHUNK
+    memo: dict[Any, Any] | None = None  # each chunk reuses the terms earlier chunks and problems computed
+    start = 0
+    while start < len(pairs):
+        rows = space.rows(pairs[start:start + size])
+        run = problem.run(rows[0])
+        memo = context_memo(run) if memo is None else memo
         # the same verdicts as checking each (constraints.table.check_many), in the same order
-        verdict = check_many(problem.run(strategies[0]), strategies, margin, memo)
-        for row, strategy in enumerate(strategies):
+        verdict = check_many(run, rows, margin, memo)
+        for row in range(len(rows)):
             if verdict.fits(row):
-                return Evaluation(strategy, (), float(verdict.peak_bytes[row] / GiB), verdict.usable_bytes / GiB,
+                return Evaluation(rows[row], (), float(verdict.peak_bytes[row] / GiB), verdict.usable_bytes / GiB,
                                   memory_margin=margin)
-        size *= 4
+        start, size = start + size, size * 4
     return None
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
@@ -604,6 +604,10 @@ class StrategySpace:
             raise AssertionError(f"setting knobs {sorted(rewritten & set(names))} are rewritten per strategy")
         return names
 
+    def rows(self, pairs: Iterable[tuple[Layout, Sequence[Any]]]) -> SpaceRows:
+        """(layout, setting) pairs of this space as a table's rows (``SpaceRows``): no strategy built yet."""
+        return SpaceRows(self, pairs)
+
     def legal_settings(self) -> Iterator[tuple[Layout, tuple[Any, ...]]]:
         """(layout, setting values in ``settings`` order) of every legal strategy, in ``__iter__``'s order."""
         for layout, settings in self._legal_by_layout():
@@ -662,6 +666,56 @@ class StrategySpace:
         out = {k: knob_value(strategy, k, self.problem.framework) for k in LAYOUT_KNOBS}
         out.update({k: getattr(strategy, k) for k, _ in self.settings})
         return out
+
+
+class SpaceRows(Sequence[Strategy]):
+    """Strategies of a space's (layout, setting) pairs, as the rows of a ``StrategyTable`` (its ``ColumnRows``).
+
+    A field's column comes from the pairs without building their strategies: a setting knob's value is the
+    setting's, any other field's is the same for every setting of a layout, and is read from one strategy per
+    layout (its first row's). That holds because ``_with_setting`` builds every row as
+    ``Strategy(global_batch_size, **layout fields, **setting)``, ``Strategy.__post_init__`` rewrites only
+    layout knobs (``sequence_parallel``, ``vpp``) from layout knobs, and no setting knob is one that ``_fields``
+    rewrites (``StrategySpace._setting_names``). ``rows[i]`` builds row ``i``'s strategy (kept).
+    """
+
+    def __init__(self, space: StrategySpace, pairs: Iterable[tuple[Layout, Sequence[Any]]]) -> None:
+        self._pairs = list(pairs)
+        self._make = space.strategy_maker()
+        self._names = space._setting_names
+        first: dict[Layout, int] = {}  # each layout's first row
+        self._layout_of_row = [first.setdefault(layout, row) for row, (layout, _) in enumerate(self._pairs)]
+        self._layout_rows = list(first.values())
+        self._index: Any = None  # per row, its layout's position in _layout_rows (numpy, on first use)
+        self._layout_strategies: list[Strategy] = []
+        self._built: dict[int, Strategy] = {}
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def __getitem__(self, row: Any) -> Any:
+        if isinstance(row, slice):
+            return [self[i] for i in range(*row.indices(len(self)))]
+        if row < 0:
+            row += len(self)
+        hit = self._built.get(row)
+        if hit is None:
+            hit = self._built[row] = self._make(*self._pairs[row])
+        return hit
+
+    def column(self, name: str) -> tuple[list[Any], Any]:
+        """(values, index) of field ``name``: per row for a setting knob, else per layout with each row's index."""
+        if name in self._names:
+            at = self._names.index(name)
+            return [setting[at] for _, setting in self._pairs], None
+        if self._index is None:
+            import numpy as np
+
+            position = {row: i for i, row in enumerate(self._layout_rows)}
+            self._index = np.fromiter(map(position.__getitem__, self._layout_of_row), dtype=np.int64,
+                                      count=len(self._pairs))
+            self._layout_strategies = [self[row] for row in self._layout_rows]
+        return [getattr(strategy, name) for strategy in self._layout_strategies], self._index
 
 
 def knob_value(strategy: Strategy, knob: str, framework: Framework) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -25,17 +25,34 @@ _PLAIN = frozenset({bool, int, float, str, type(None)})
 _NUMERIC = frozenset({bool, int, float})
 
 
+@runtime_checkable
+class ColumnRows(Protocol):
+    """Rows that give a field's column without building their strategies (``search.space.SpaceRows``).
+
+    ``column(field)`` returns (values, index): with ``index`` None, one value per row; else row ``i``'s
+    value is ``values[index[i]]`` (each value once per source the rows share, e.g. per layout).
+    ``rows[i]`` is the strategy of row ``i``, exactly as ``Strategy(...)`` builds it.
+    """
+
+    def column(self, field: str) -> tuple[list[Any], np.ndarray | None]: ...
+
+    def __getitem__(self, row: int) -> Strategy: ...
+
+    def __len__(self) -> int: ...
+
+
 class StrategyTable:
     """Strategies of one problem as columns (one per field, built on first use).
 
     Parameters
     ----------
-    strategies : sequence of Strategy
-        The rows, in order.
+    strategies : sequence of Strategy, or ColumnRows
+        The rows, in order (``ColumnRows``: read column by column, a strategy built only for a row read).
     """
 
-    def __init__(self, strategies: Iterable[Strategy]) -> None:
-        self.strategies: tuple[Strategy, ...] = tuple(strategies)
+    def __init__(self, strategies: Iterable[Strategy] | ColumnRows) -> None:
+        # rows that give their columns (ColumnRows) are kept as they are: a Strategy is built only for a row read
+        self.strategies: Sequence[Strategy] = strategies if isinstance(strategies, ColumnRows) else tuple(strategies)
         self._codes: dict[str, tuple[np.ndarray, tuple[Any, ...]]] = {}
         self._keys: dict[str, tuple[Any, ...]] = {}  # per field, its distinct values with their types (memo keys)
 
@@ -46,14 +63,19 @@ class StrategyTable:
         """Per row, the index of its value of ``field`` in the distinct values (the second item)."""
         hit = self._codes.get(field)
         if hit is None:
-            column: list[Any] = list(map(attrgetter(field), self.strategies))
+            if isinstance(self.strategies, ColumnRows):
+                column, index = self.strategies.column(field)
+            else:
+                column, index = list(map(attrgetter(field), self.strategies)), None
             kinds = set(map(type, column))
             typed = not kinds <= _PLAIN or len(kinds & _NUMERIC) > 1
             if typed:  # keyed by type too: 1 and 1.0 (a capacity factor given either way) hash alike but are two
                 column = [(v.__class__, v) for v in column]
             distinct = tuple(dict.fromkeys(column))
-            index = {v: i for i, v in enumerate(distinct)}
-            codes = np.fromiter(map(index.__getitem__, column), dtype=np.int64, count=len(column))
+            position = {v: i for i, v in enumerate(distinct)}
+            codes = np.fromiter(map(position.__getitem__, column), dtype=np.int64, count=len(column))
+            if index is not None:  # the column held each source's value once: spread them over the rows
+                codes = codes[index]
             hit = self._codes[field] = (codes, tuple(v for _, v in distinct) if typed else distinct)
             # memo keys carry the type always: another table's column may hold 1.0 where this one holds 1
             self._keys[field] = distinct if typed else tuple((v.__class__, v) for v in distinct)

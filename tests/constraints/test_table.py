@@ -219,3 +219,43 @@ def test_tables_of_one_problem_sharing_a_memo_get_each_strategys_own_verdict() -
     assert sizes[1] < sizes[0] + len(fresh)  # the second chunk found some of its results in the memo
     assert any(k[2] and (float, 1.0) in k[2] for k in memo)  # the float factor has entries of its own
     assert any(k[2] and (int, 1) in k[2] for k in memo)
+
+
+@pytest.mark.parametrize("name", sorted(SPACES))
+def test_space_rows_give_their_strategies_columns_and_verdicts(name: str) -> None:
+    """A table of (layout, setting) pairs (``SpaceRows``) reads the columns its strategies would give, value and
+    type, in any order of the pairs, and gets their verdicts; it builds a strategy only for the rows it reads."""
+    problem = _problem(SPACES[name])
+    space = build_space(problem)
+    stride = max(1, space.size // (7 * SAMPLE.get(name, 1500)))
+    sub = replace(space, layouts=space.layouts[::stride])
+    pairs = list(sub.legal_settings())[::7]
+    random.Random(1).shuffle(pairs)  # layouts interleaved, as the memory-friendly order interleaves them
+    make = sub.strategy_maker()
+    strategies = [make(*pair) for pair in pairs]
+    rows = sub.rows(pairs)
+    lazy, eager = StrategyTable(rows), StrategyTable(strategies)
+    for field in Strategy.__dataclass_fields__:
+        codes, values = lazy.codes(field)
+        got = [values[c] for c in codes]
+        want = [getattr(s, field) for s in strategies]
+        assert got == want and [type(v) for v in got] == [type(v) for v in want], field
+    assert len(rows._built) == len({layout for layout, _ in pairs})  # the columns built one strategy per layout
+    verdict, reference = check_table(problem.run(strategies[0]), lazy, problem.memory_margin), \
+        check_table(problem.run(strategies[0]), eager, problem.memory_margin)
+    assert verdict.violations == reference.violations
+    assert verdict.peak_bytes.tolist() == reference.peak_bytes.tolist()
+    assert verdict.peak_stage.tolist() == reference.peak_stage.tolist()
+    assert all(rows[i] == s for i, s in enumerate(strategies))
+
+
+def test_problems_of_one_context_share_its_memo_and_others_do_not() -> None:
+    from constraints.table import context_memo
+
+    problem = _problem(SPACES["dense-h100"])
+    strategy = next(iter(build_space(problem)))
+    run = problem.run(strategy)
+    other_batch = replace(problem, global_batch_size=256).run(replace(strategy, global_batch_size=256))
+    assert context_memo(run) is context_memo(other_batch)
+    assert context_memo(run) is not context_memo(replace(problem, seq_length=4096).run(strategy))
+    assert context_memo(run) is not context_memo(problem.with_gpus(64).run(replace(strategy, dp=strategy.dp * 2)))

@@ -9,7 +9,7 @@ from costmodel.specs import get_gpu, get_model
 from costmodel.specs.framework import get_framework
 from search import SearchProblem, build_space, explain_infeasible, run_search
 from search import run as search_run
-from search.run import _memory_friendly_first, _memory_friendly_order, first_fitting
+from search.run import _memory_friendly_first, _memory_friendly_pairs, first_fitting
 from tests.search.conftest import analytic_evaluator
 
 
@@ -31,7 +31,8 @@ def _problem(model: str, num_gpus: int, gpu: str = "h100-sxm5-80gb", **kwargs: o
 ], ids=["dense-8b", "dense-70b-a100", "moe-megatron-core", "torchtitan"])
 def test_lazy_order_is_the_sorted_space(problem: SearchProblem) -> None:
     space = build_space(problem)
-    lazy = list(_memory_friendly_order(space))
+    make = space.strategy_maker()
+    lazy = [make(*pair) for pair in _memory_friendly_pairs(space)]
     assert lazy == sorted(space, key=_memory_friendly_first)
     assert len(lazy) == space.size > 100
 
@@ -58,3 +59,16 @@ def test_a_problem_whose_search_missed_a_fit_is_not_remembered_as_fitting_nothin
     assert why.closest is not None and why.closest.feasible
     assert problem not in search_run._FIRST_FITTING
     search_run._FIRST_FITTING.clear()
+
+
+@pytest.mark.parametrize("problem", [
+    _problem("llama3.1-70b", 16, gpu="a100-sxm4-40gb", global_batch_size=64),  # nothing fits
+    _problem("llama3.1-8b", 8, max_cp=1, max_vpp=1, max_micro_batch_size=1),  # something fits
+], ids=["infeasible", "feasible"])
+def test_closest_to_fitting_is_the_least_violating_evaluation_of_the_space(problem: SearchProblem) -> None:
+    """The table of the space's pairs gives what evaluating every strategy gives: the first of the least
+    (violation, peak memory), with its time where it fits."""
+    result = run_search(problem, n_trials=5, evaluator=analytic_evaluator(problem))
+    every = analytic_evaluator(problem).evaluate_many(build_space(problem))
+    want = min(every, key=lambda e: (e.violation, e.peak_memory_gib))
+    assert result.closest_to_fitting() == want
