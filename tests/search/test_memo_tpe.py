@@ -58,16 +58,11 @@ def test_sampler_equals_stock_on_conditional_pruned_and_infeasible_trials() -> N
     assert ours == theirs
 
 
-def test_constant_liar_is_refused() -> None:
-    with pytest.raises(ValueError, match="constant_liar"):
-        SplitMemoTPESampler(constant_liar=True)
-
-
 def test_split_runs_once_per_trial_not_once_per_group(monkeypatch: pytest.MonkeyPatch) -> None:
     from optuna.samplers._tpe import sampler as tpe_module
 
     calls = {"split": 0, "sample": 0}
-    split, sample = tpe_module._split_trials, optuna.samplers.TPESampler._sample
+    split, sample = tpe_module._split_trials, SplitMemoTPESampler._sample
 
     def counted_split(*args: object) -> object:
         calls["split"] += 1
@@ -78,7 +73,7 @@ def test_split_runs_once_per_trial_not_once_per_group(monkeypatch: pytest.Monkey
         return sample(self, *args)
 
     monkeypatch.setattr(tpe_module, "_split_trials", counted_split)
-    monkeypatch.setattr(optuna.samplers.TPESampler, "_sample", counted_sample)
+    monkeypatch.setattr(SplitMemoTPESampler, "_sample", counted_sample)
     kwargs = {"seed": 11, "n_startup_trials": 5, "multivariate": True, "group": True}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
