@@ -28,6 +28,29 @@ CONNECT_TIMEOUT_S: Final = 10.0
 INSTALL_HINT: Final = "pip install 'parplan[dask]'"
 
 
+WORKER_MEMORY_GROWTH_BYTES: Final = 2 * 1024**3
+"""How far a loky worker's memory may grow past its size after its first problem before loky replaces it.
+
+Loky takes a worker that grew by 300 MB for a leak and replaces it (``_MAX_MEMORY_LEAK_SIZE`` in
+``joblib/externals/loky/process_executor.py``, joblib 1.4-1.5). A study worker grows that much by design: the
+fitted predictors of each GPU kind and its bounded caches (operator timings, placements, check memos), and a
+replacement starts cold. In ``benchmarks/study.py --problems 1000`` on 2 cores, loky replaced workers three
+times, and the run took 404 s wall and 0.70 s CPU per problem; with this limit no worker was replaced, and it
+took 328 s and 0.57 s (one session, back to back)."""
+
+
+def keep_worker_caches() -> None:
+    """Let this loky worker grow by ``WORKER_MEMORY_GROWTH_BYTES`` before loky replaces it (a study worker's
+    caches are bounded, not a leak). Harmless anywhere else: it only raises a module constant of loky."""
+    try:
+        from joblib.externals.loky import process_executor
+    except ImportError:  # another joblib layout: its own limit stands
+        return
+    limit = getattr(process_executor, "_MAX_MEMORY_LEAK_SIZE", None)
+    if isinstance(limit, int) and limit < WORKER_MEMORY_GROWTH_BYTES:
+        process_executor._MAX_MEMORY_LEAK_SIZE = WORKER_MEMORY_GROWTH_BYTES  # noqa: SLF001 - no public setting
+
+
 def check_backend(backend: str, scheduler: str | None) -> None:
     """Refuse an unknown backend, a scheduler without dask, dask without a scheduler (one-line ``SpecError``)."""
     if backend not in BACKENDS:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from studies.backends import keep_worker_caches
 from studies.claims import DEFAULT_TTL_S, Heartbeat, Owner, holders, release, try_claim
 from studies.folder import StudyFolder
 from studies.outputs import export_results, write_result, write_study
@@ -71,8 +72,10 @@ def attempt(problem: Problem, url: str, top_k: int = 5, ttl_s: float = DEFAULT_T
     left to that parent, which stops the pool and prints one line, instead of every worker printing a
     traceback.
     """
-    if parent_pid is not None and os.getpid() != parent_pid and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent_pid is not None and os.getpid() != parent_pid:
+        keep_worker_caches()  # a pool worker: its caches serve the problems after this one
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     store = store_for(url)
     key = problem.key
     if store.done_keys([key]):

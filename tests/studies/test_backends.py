@@ -128,3 +128,33 @@ def test_a_remote_scheduler_needs_storage_its_workers_reach(scheduler: str, stor
     else:
         check_storage_reachable("dask", scheduler, storage)
     check_storage_reachable("loky", None, storage)  # this machine's pool shares the disk
+
+
+def test_a_pool_worker_keeps_its_caches_past_lokys_leak_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loky replaces a worker grown by 300 MB; a study worker raises that limit for itself (its caches are
+    bounded), and the parent process leaves it alone."""
+    from joblib.externals.loky import process_executor
+
+    from studies.backends import WORKER_MEMORY_GROWTH_BYTES, keep_worker_caches
+
+    monkeypatch.setattr(process_executor, "_MAX_MEMORY_LEAK_SIZE", int(3e8))
+    keep_worker_caches()
+    assert process_executor._MAX_MEMORY_LEAK_SIZE == WORKER_MEMORY_GROWTH_BYTES  # noqa: SLF001
+    monkeypatch.setattr(process_executor, "_MAX_MEMORY_LEAK_SIZE", 4 * WORKER_MEMORY_GROWTH_BYTES)
+    keep_worker_caches()  # never lowers a larger limit
+    assert process_executor._MAX_MEMORY_LEAK_SIZE == 4 * WORKER_MEMORY_GROWTH_BYTES  # noqa: SLF001
+
+
+def test_only_a_process_other_than_the_parent_raises_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import studies.work as work
+
+    calls: list[int] = []
+    monkeypatch.setattr(work, "keep_worker_caches", lambda: calls.append(1))
+    monkeypatch.setattr(work.signal, "signal", lambda *args: None)  # a worker ignores Ctrl-C; this test process not
+    monkeypatch.setattr(work, "store_for", lambda url: (_ for _ in ()).throw(RuntimeError("stop")))
+    for parent in (os.getpid(), os.getpid() + 1):
+        with pytest.raises(RuntimeError, match="stop"):
+            work.attempt(None, "sqlite://", parent_pid=parent)  # type: ignore[arg-type]
+    assert calls == [1]  # the second call, as if from a pool worker
