@@ -235,14 +235,13 @@ def _first_fitting(problem: SearchProblem) -> Evaluation | None:
     except SpecError:
         return None
     margin, pairs, size = problem.memory_margin, _memory_friendly_pairs(space), _FIRST_CHUNK
-    memo: dict[Any, Any] | None = None  # each chunk reuses the terms earlier chunks and problems computed
     start = 0
     while start < len(pairs):
         rows = space.rows(pairs[start:start + size])
         run = problem.run(rows[0])
-        memo = context_memo(run) if memo is None else memo
-        # the same verdicts as checking each (constraints.table.check_many), in the same order
-        verdict = check_many(run, rows, margin, memo)
+        # the same verdicts as checking each (constraints.table.check_many), in the same order; each chunk
+        # reuses the terms that earlier chunks and problems of the context computed
+        verdict = check_many(run, rows, margin, context_memo(run))
         for row in range(len(rows)):
             if verdict.fits(row):
                 return Evaluation(rows[row], (), float(verdict.peak_bytes[row] / GiB), verdict.usable_bytes / GiB,

@@ -683,19 +683,21 @@ class SpaceRows(Sequence[Strategy]):
         self._pairs = list(pairs)
         self._make = space.strategy_maker()
         self._names = space._setting_names
-        first: dict[Layout, int] = {}  # each layout's first row
-        self._layout_of_row = [first.setdefault(layout, row) for row, (layout, _) in enumerate(self._pairs)]
-        self._layout_rows = list(first.values())
-        self._index: Any = None  # per row, its layout's position in _layout_rows (numpy, on first use)
-        self._layout_strategies: list[Strategy] = []
+        position: dict[Layout, int] = {}  # each layout's position among the rows' distinct layouts
+        self._layout_rows: list[int] = []  # each distinct layout's first row
+        self._row_layouts: list[int] = []  # each row's layout position
+        for row, (layout, _) in enumerate(self._pairs):
+            at = position.get(layout)
+            if at is None:
+                at = position[layout] = len(self._layout_rows)
+                self._layout_rows.append(row)
+            self._row_layouts.append(at)
         self._built: dict[int, Strategy] = {}
 
     def __len__(self) -> int:
         return len(self._pairs)
 
-    def __getitem__(self, row: Any) -> Any:
-        if isinstance(row, slice):
-            return [self[i] for i in range(*row.indices(len(self)))]
+    def __getitem__(self, row: int) -> Strategy:  # type: ignore[override] - rows are read one at a time
         if row < 0:
             row += len(self)
         hit = self._built.get(row)
@@ -708,14 +710,15 @@ class SpaceRows(Sequence[Strategy]):
         if name in self._names:
             at = self._names.index(name)
             return [setting[at] for _, setting in self._pairs], None
-        if self._index is None:
-            import numpy as np
+        strategies, index = self._per_layout
+        return [getattr(strategy, name) for strategy in strategies], index
 
-            position = {row: i for i, row in enumerate(self._layout_rows)}
-            self._index = np.fromiter(map(position.__getitem__, self._layout_of_row), dtype=np.int64,
-                                      count=len(self._pairs))
-            self._layout_strategies = [self[row] for row in self._layout_rows]
-        return [getattr(strategy, name) for strategy in self._layout_strategies], self._index
+    @cached_property
+    def _per_layout(self) -> tuple[list[Strategy], Any]:
+        """(the strategy of each distinct layout's first row, each row's layout position as a numpy array)."""
+        import numpy as np
+
+        return [self[row] for row in self._layout_rows], np.asarray(self._row_layouts, dtype=np.int64)
 
 
 def knob_value(strategy: Strategy, knob: str, framework: Framework) -> Any:
